@@ -1,0 +1,314 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// FailurePolicy says what happens to a target whose pipeline failed.
+// +kubebuilder:validation:Enum=Retain;Release
+type FailurePolicy string
+
+const (
+	// FailurePolicyRetain keeps the finalizer, so the target stays until someone acts.
+	FailurePolicyRetain FailurePolicy = "Retain"
+	// FailurePolicyRelease removes the finalizer anyway, so the deletion completes.
+	FailurePolicyRelease FailurePolicy = "Release"
+)
+
+// OnFailure says what a failed step does to the rest of the pipeline.
+// +kubebuilder:validation:Enum=Fail;Continue
+type OnFailure string
+
+const (
+	// OnFailureFail ends the pipeline as Failed.
+	OnFailureFail OnFailure = "Fail"
+	// OnFailureContinue records the failure and goes on with the next step.
+	OnFailureContinue OnFailure = "Continue"
+)
+
+// TargetReference names the kind of object a policy protects.
+type TargetReference struct {
+	// apiVersion of the target kind, for example "v1" or "databases.example.com/v1".
+	// Resources of the teardown.dev group cannot be targets.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?v[0-9]+((alpha|beta)[0-9]+)?$`
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('teardown.dev/')",message="teardown.dev resources cannot be targets"
+	APIVersion string `json:"apiVersion"`
+
+	// kind of the target, for example "ConfigMap" or "Database".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Z][A-Za-z0-9]*$`
+	Kind string `json:"kind"`
+}
+
+// RetryPolicy says how often a failed step is tried again, and how long to wait in between.
+type RetryPolicy struct {
+	// limit is how many times the step is tried again after its first attempt fails.
+	// 0 (the default) means the step is tried once.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	Limit int32 `json:"limit,omitempty"`
+
+	// backoff is the wait before the first retry; it doubles with each retry up to maxBackoff.
+	// Defaults to 5s.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$`
+	Backoff *metav1.Duration `json:"backoff,omitempty"`
+
+	// maxBackoff caps the wait between retries. Defaults to 5m.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$`
+	MaxBackoff *metav1.Duration `json:"maxBackoff,omitempty"`
+}
+
+// Lookup declares objects a wait step's `until` condition can read, as a list bound to `name`.
+type Lookup struct {
+	// name is the CEL variable the matching objects are bound to, as a list.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z_][a-zA-Z0-9_]*$`
+	// +kubebuilder:validation:XValidation:rule="!(self in ['object', 'steps', 'run', 'response', 'job', 'now'])",message="name is reserved: object, steps, run, response, job and now are built-in variables"
+	Name string `json:"name"`
+
+	// apiVersion of the objects to look up.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	APIVersion string `json:"apiVersion"`
+
+	// kind of the objects to look up.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind"`
+
+	// selector picks the objects by label. Label values may use ${...} CEL interpolation over the
+	// target, for example "${object.metadata.name}". Empty selects every object of the kind.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+
+	// namespace to look in, with ${...} interpolation. Defaults to the target's namespace.
+	// A namespaced policy may look only in its own namespace. Ignored for cluster-scoped kinds.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// WaitStep waits for a fixed time, or until a CEL condition holds.
+// +kubebuilder:validation:XValidation:rule="has(self.duration) != has(self.until)",message="set exactly one of duration or until"
+// +kubebuilder:validation:XValidation:rule="!has(self.lookups) || has(self.until)",message="lookups are read only by until"
+type WaitStep struct {
+	// duration to wait, for example "30s". The wait is measured from the step's start and survives
+	// operator restarts.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$`
+	Duration *metav1.Duration `json:"duration,omitempty"`
+
+	// until is a CEL condition over `object` (the target), `steps`, `run` and the lookups;
+	// the step succeeds when it is true. Example: "size(children) == 0".
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Until string `json:"until,omitempty"`
+
+	// lookups bind lists of other objects to CEL variables for `until`.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	Lookups []Lookup `json:"lookups,omitempty"`
+
+	// interval between checks of `until`. A change to a looked-up object triggers a check at once.
+	// Defaults to 10s.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$`
+	Interval *metav1.Duration `json:"interval,omitempty"`
+}
+
+// Step is one action of a teardown pipeline. Exactly one kind (wait) is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.wait)].filter(k, k).size() == 1",message="set exactly one step kind: wait"
+type Step struct {
+	// name identifies the step in the pipeline and in `steps.<name>` expressions: a DNS label,
+	// unique in the policy.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// when is a CEL guard over `object`, `steps` and `run`; when false the step is Skipped.
+	// Example: "object.metadata.labels['tier'] == 'prod'".
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	When string `json:"when,omitempty"`
+
+	// timeout bounds the step from its first attempt, retries included. Unset means no bound.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$`
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// retry says how a failed attempt is retried.
+	// +optional
+	Retry *RetryPolicy `json:"retry,omitempty"`
+
+	// onFailure says whether a failed step ends the pipeline (Fail, the default) or lets it go on
+	// (Continue).
+	// +optional
+	// +kubebuilder:default=Fail
+	OnFailure OnFailure `json:"onFailure,omitempty"`
+
+	// wait pauses the pipeline for a duration or until a condition holds.
+	// +optional
+	Wait *WaitStep `json:"wait,omitempty"`
+}
+
+// Pipeline is the part of a policy that a run executes: the steps and what bounds them.
+type Pipeline struct {
+	// steps run in order.
+	// +required
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	Steps []Step `json:"steps"`
+
+	// failurePolicy says what happens to the target when the pipeline fails: Retain (the default)
+	// keeps the finalizer so the object stays; Release removes it so the deletion completes.
+	// +optional
+	// +kubebuilder:default=Retain
+	FailurePolicy FailurePolicy `json:"failurePolicy,omitempty"`
+
+	// timeout bounds the whole pipeline from the start of the run. Unset means no bound.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$`
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// TeardownPolicySpec is what a policy protects and the pipeline run before each such object goes.
+type TeardownPolicySpec struct {
+	// targetRef names the kind of object to protect.
+	// +required
+	TargetRef TargetReference `json:"targetRef"`
+
+	// selector picks targets by label. Unset or empty selects every object of the kind in scope.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+
+	// match is a CEL condition over `object` (the full target) that a target must also meet.
+	// Example: "object.spec.engine == 'postgres'".
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Match string `json:"match,omitempty"`
+
+	Pipeline `json:",inline"`
+
+	// suspend releases every target: the finalizer is removed from all of them and in-flight runs
+	// are abandoned. Use it to break glass when the pipeline itself is at fault.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+}
+
+// ClusterTeardownPolicySpec is a TeardownPolicySpec that may also pick namespaces.
+type ClusterTeardownPolicySpec struct {
+	TeardownPolicySpec `json:",inline"`
+
+	// namespaceSelector picks the namespaces whose objects are targets. Unset selects all
+	// namespaces. Ignored for cluster-scoped kinds.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+}
+
+// TeardownPolicyStatus is what the operator observed of a policy.
+type TeardownPolicyStatus struct {
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Ready says whether the policy is valid, its target kind served and its targets
+	// protected; when it is False the reason and message name the field at fault.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// finalizer is the finalizer this policy puts on its targets.
+	// +optional
+	Finalizer string `json:"finalizer,omitempty"`
+
+	// protected is how many objects currently carry this policy's finalizer.
+	// +optional
+	Protected int32 `json:"protected"`
+
+	// activeRuns is how many of this policy's runs are in progress.
+	// +optional
+	ActiveRuns int32 `json:"activeRuns"`
+}
+
+// TeardownPolicy runs a pipeline of steps before an object in its own namespace is deleted.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tdp,categories=teardown
+// +kubebuilder:printcolumn:name="Kind",type=string,JSONPath=`.spec.targetRef.kind`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Protected",type=integer,JSONPath=`.status.protected`
+// +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.activeRuns`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TeardownPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec TeardownPolicySpec `json:"spec"`
+	// +optional
+	Status TeardownPolicyStatus `json:"status,omitempty"`
+}
+
+// TeardownPolicyList is a list of TeardownPolicy.
+// +kubebuilder:object:root=true
+type TeardownPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TeardownPolicy `json:"items"`
+}
+
+// ClusterTeardownPolicy runs a pipeline of steps before an object, in any namespace it selects or
+// cluster-scoped, is deleted. It is for cluster administrators.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=ctdp,categories=teardown
+// +kubebuilder:printcolumn:name="Kind",type=string,JSONPath=`.spec.targetRef.kind`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Protected",type=integer,JSONPath=`.status.protected`
+// +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.activeRuns`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ClusterTeardownPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec ClusterTeardownPolicySpec `json:"spec"`
+	// +optional
+	Status TeardownPolicyStatus `json:"status,omitempty"`
+}
+
+// ClusterTeardownPolicyList is a list of ClusterTeardownPolicy.
+// +kubebuilder:object:root=true
+type ClusterTeardownPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterTeardownPolicy `json:"items"`
+}

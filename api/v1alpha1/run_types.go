@@ -1,0 +1,190 @@
+package v1alpha1
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// RunPhase is where a run's pipeline stands.
+// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Abandoned
+type RunPhase string
+
+const (
+	RunPending   RunPhase = "Pending"
+	RunRunning   RunPhase = "Running"
+	RunSucceeded RunPhase = "Succeeded"
+	RunFailed    RunPhase = "Failed"
+	// RunAbandoned means someone broke glass: the remaining steps were skipped and the target released.
+	RunAbandoned RunPhase = "Abandoned"
+)
+
+// Finished reports whether the phase is final.
+func (p RunPhase) Finished() bool {
+	return p == RunSucceeded || p == RunFailed || p == RunAbandoned
+}
+
+// StepPhase is where one step stands.
+// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Skipped
+type StepPhase string
+
+const (
+	StepPending   StepPhase = "Pending"
+	StepRunning   StepPhase = "Running"
+	StepSucceeded StepPhase = "Succeeded"
+	StepFailed    StepPhase = "Failed"
+	StepSkipped   StepPhase = "Skipped"
+)
+
+// Finished reports whether the phase is final.
+func (p StepPhase) Finished() bool {
+	return p == StepSucceeded || p == StepFailed || p == StepSkipped
+}
+
+// PolicyReference identifies the policy a run executes.
+type PolicyReference struct {
+	// kind is TeardownPolicy or ClusterTeardownPolicy.
+	// +kubebuilder:validation:Enum=TeardownPolicy;ClusterTeardownPolicy
+	Kind string `json:"kind"`
+	// namespace of a TeardownPolicy; empty for a ClusterTeardownPolicy.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	UID       types.UID `json:"uid"`
+	// generation of the policy whose pipeline the run copied.
+	Generation int64 `json:"generation"`
+}
+
+// TargetObjectReference identifies the one object a run tears down.
+type TargetObjectReference struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// +optional
+	Namespace string    `json:"namespace,omitempty"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+}
+
+// TeardownRunSpec is fixed when the run is created: which policy, which object, and a copy of the
+// pipeline, so that a policy edited or deleted mid-run does not change a run in flight.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable"
+type TeardownRunSpec struct {
+	PolicyRef PolicyReference       `json:"policyRef"`
+	Target    TargetObjectReference `json:"target"`
+	// finalizer is the finalizer the run removes from the target when it is done.
+	Finalizer string `json:"finalizer"`
+	// pipeline is the policy's pipeline as it was when the deletion began.
+	Pipeline Pipeline `json:"pipeline"`
+	// object is the target as it was when the deletion began: `object` in expressions.
+	// The data of a Secret is never copied.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	Object runtime.RawExtension `json:"object,omitempty"`
+}
+
+// StepStatus records one step of a run.
+type StepStatus struct {
+	Name  string    `json:"name"`
+	Phase StepPhase `json:"phase"`
+	// attempts made so far, the current one included.
+	// +optional
+	Attempts int32 `json:"attempts,omitempty"`
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// nextCheckTime is when the step is looked at again (a change to an object it watches may
+	// bring that forward).
+	// +optional
+	NextCheckTime *metav1.Time `json:"nextCheckTime,omitempty"`
+	// retryTime is when the next attempt starts, after a failed one.
+	// +optional
+	RetryTime *metav1.Time `json:"retryTime,omitempty"`
+	// deadline is when the step times out.
+	// +optional
+	Deadline *metav1.Time `json:"deadline,omitempty"`
+	// message says what happened last, in words.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// outputs are values later steps read as steps.<name>.outputs.<key>.
+	// +optional
+	Outputs map[string]apiextensionsv1.JSON `json:"outputs,omitempty"`
+	// state is the step kind's own bookkeeping (for example the Job it created).
+	// +optional
+	State map[string]string `json:"state,omitempty"`
+}
+
+// TeardownRunStatus is the progress of a run's pipeline.
+type TeardownRunStatus struct {
+	// +optional
+	Phase RunPhase `json:"phase,omitempty"`
+	// currentStep is the step the pipeline is at.
+	// +optional
+	CurrentStep string `json:"currentStep,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Steps []StepStatus `json:"steps,omitempty"`
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// deadline is when the whole pipeline times out.
+	// +optional
+	Deadline *metav1.Time `json:"deadline,omitempty"`
+	// abandonedBy says who broke glass, and how.
+	// +optional
+	AbandonedBy string `json:"abandonedBy,omitempty"`
+	// message sums up the run's outcome.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// released is true once the run removed its finalizer from the target.
+	// +optional
+	Released bool `json:"released,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Step returns the status of the named step, or nil.
+func (s *TeardownRunStatus) Step(name string) *StepStatus {
+	for i := range s.Steps {
+		if s.Steps[i].Name == name {
+			return &s.Steps[i]
+		}
+	}
+	return nil
+}
+
+// TeardownRun records the teardown pipeline run for one deletion of one target by one policy.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tdr,categories=teardown
+// +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.spec.policyRef.name`
+// +kubebuilder:printcolumn:name="Kind",type=string,JSONPath=`.spec.target.kind`
+// +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.target.name`
+// +kubebuilder:printcolumn:name="Target-Namespace",type=string,JSONPath=`.spec.target.namespace`,priority=1
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Step",type=string,JSONPath=`.status.currentStep`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TeardownRun struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec TeardownRunSpec `json:"spec"`
+	// +optional
+	Status TeardownRunStatus `json:"status,omitempty"`
+}
+
+// TeardownRunList is a list of TeardownRun.
+// +kubebuilder:object:root=true
+type TeardownRunList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TeardownRun `json:"items"`
+}

@@ -1,0 +1,112 @@
+// Command teardown-operator runs the teardown engine: it protects the objects TeardownPolicies
+// select with finalizers and runs each policy's pipeline before such an object is deleted.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine"
+	"github.com/teardown-dev/teardown-operator/steps/builtin"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "teardown-operator:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		metricsAddr, probeAddr, leaderNS, runNS string
+		leaderElect                            bool
+		targetWorkers, runWorkers              int
+		retention, stuckAfter, resync          time.Duration
+		qps                                    float64
+		burst                                  int
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
+	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
+	flag.StringVar(&leaderNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the run namespace).")
+	flag.StringVar(&runNS, "run-namespace", envOr("POD_NAMESPACE", "teardown-system"),
+		"Namespace for the TeardownRuns of cluster-scoped targets and of targets whose namespace is being deleted.")
+	flag.IntVar(&targetWorkers, "target-workers", 8, "Targets reconciled concurrently (finalizers, run creation).")
+	flag.IntVar(&runWorkers, "run-workers", 16, "Runs reconciled concurrently (pipeline steps).")
+	flag.DurationVar(&retention, "run-retention", 7*24*time.Hour, "How long finished TeardownRuns are kept; 0 keeps them forever.")
+	flag.DurationVar(&stuckAfter, "stuck-after", 15*time.Minute, "How long a run may be unfinished before the teardown_runs_stuck gauge counts it.")
+	flag.DurationVar(&resync, "resync-period", 10*time.Hour, "Resync period of the target watches.")
+	flag.Float64Var(&qps, "kube-api-qps", -1, "Client-side limit on API requests per second; negative disables it and leaves fairness to the API server (API Priority and Fairness).")
+	flag.IntVar(&burst, "kube-api-burst", 0, "Client-side burst of API requests, when --kube-api-qps is positive.")
+	zopts := zap.Options{}
+	zopts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	cfg.UserAgent = "teardown-operator"
+	if leaderNS == "" {
+		leaderNS = runNS
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:        probeAddr,
+		LeaderElection:                leaderElect,
+		LeaderElectionID:              "teardown-operator.teardown.dev",
+		LeaderElectionNamespace:       leaderNS,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	ctx := ctrl.SetupSignalHandler()
+	if _, err := engine.Setup(ctx, mgr, engine.Options{
+		RunNamespace:  runNS,
+		TargetWorkers: targetWorkers,
+		RunWorkers:    runWorkers,
+		RunRetention:  retention,
+		StuckAfter:    stuckAfter,
+		Resync:        resync,
+	}, builtin.Kinds()...); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	ctrl.Log.Info("starting", "runNamespace", runNS, "targetWorkers", targetWorkers, "runWorkers", runWorkers)
+	return mgr.Start(ctx)
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+

@@ -1,0 +1,437 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/expr"
+	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/engine/watch"
+	"github.com/teardown-dev/teardown-operator/steps"
+)
+
+// Labels, annotations and finalizers the engine owns.
+const (
+	// AnnotationAbandon on a target breaks glass: its runs skip their remaining steps and release
+	// the target. The value should say who asks and why; it is recorded in the run.
+	AnnotationAbandon = "teardown.dev/abandon"
+	// FinalizerRun keeps a run while its pipeline is in flight, so that deleting its namespace
+	// (or the run) cannot lose the pipeline's state.
+	FinalizerRun = "teardown.dev/run-in-progress"
+	// FinalizerPolicy keeps a policy until its targets are released and its runs are done.
+	FinalizerPolicy = "teardown.dev/release-targets"
+
+	LabelPolicyKind      = "teardown.dev/policy-kind"
+	LabelPolicy          = "teardown.dev/policy"
+	LabelPolicyNamespace = "teardown.dev/policy-namespace"
+	LabelTargetUID       = "teardown.dev/target-uid"
+	LabelTargetKind      = "teardown.dev/target-kind"
+	LabelTargetNamespace = "teardown.dev/target-namespace"
+	LabelTargetName      = "teardown.dev/target-name"
+
+	indexTargetUID = "spec.target.uid"
+	indexPolicy    = "spec.policyRef"
+)
+
+// Options configure the engine.
+type Options struct {
+	// RunNamespace holds the runs of cluster-scoped targets and of targets whose namespace is
+	// being deleted (nothing can be created there). Usually the operator's own namespace.
+	RunNamespace string
+	// TargetWorkers and RunWorkers are the concurrent reconciles of targets and runs.
+	TargetWorkers int
+	RunWorkers    int
+	// RunRetention is how long finished runs are kept; 0 keeps them forever.
+	RunRetention time.Duration
+	// StuckAfter is how long a target may be terminating before its run counts as stuck.
+	StuckAfter time.Duration
+	// Resync is the period of the dynamic informers' resync.
+	Resync time.Duration
+}
+
+// KindFactory builds a step kind from the engine's dependencies.
+type KindFactory func(Deps) steps.Kind
+
+// Deps are what step kinds may use.
+type Deps struct {
+	Client client.Client
+	Reader client.Reader
+	Lister *Lister
+}
+
+// Engine wires the reconcilers together.
+type Engine struct {
+	opts     Options
+	client   client.Client
+	reader   client.Reader
+	registry *policy.Registry
+	compiler *policy.Compiler
+	watches  *watch.Manager
+	events   *eventSink
+	metrics  *metrics
+
+	targets  queueRef[TargetKey]
+	runs     queueRef[reconcile.Request]
+	policies map[string]*queueRef[reconcile.Request]
+	lookups  *interest
+}
+
+// TargetKey identifies one object of some target kind.
+type TargetKey struct {
+	GVK       schema.GroupVersionKind
+	Namespace string
+	Name      string
+}
+
+func (k TargetKey) String() string {
+	return fmt.Sprintf("%s %s/%s", k.GVK.Kind, k.Namespace, k.Name)
+}
+
+// Setup builds the engine and registers its controllers and watches with mgr.
+func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...KindFactory) (*Engine, error) {
+	if opts.RunNamespace == "" {
+		return nil, fmt.Errorf("engine: RunNamespace is required")
+	}
+	if opts.TargetWorkers <= 0 {
+		opts.TargetWorkers = 1
+	}
+	if opts.RunWorkers <= 0 {
+		opts.RunWorkers = 1
+	}
+	env, err := expr.NewEnv()
+	if err != nil {
+		return nil, err
+	}
+	mc, err := metadata.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, fmt.Errorf("metadata client: %w", err)
+	}
+	e := &Engine{
+		opts:     opts,
+		client:   mgr.GetClient(),
+		reader:   mgr.GetAPIReader(),
+		registry: policy.NewRegistry(),
+		policies: map[string]*queueRef[reconcile.Request]{policy.KindNamespaced: {}, policy.KindCluster: {}},
+		lookups:  newInterest(),
+		metrics:  newMetrics(),
+	}
+	e.events = newEventSink(mgr.GetEventRecorder("teardown-operator"), e.namespaceTerminating)
+	lister := &Lister{reader: mgr.GetAPIReader(), mapper: mgr.GetRESTMapper()}
+	deps := Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Lister: lister}
+	var reg steps.Registry
+	for _, f := range kinds {
+		reg = append(reg, f(deps))
+	}
+	e.compiler = policy.NewCompiler(env, reg)
+	e.watches = watch.NewManager(mc, mgr.GetRESTMapper(), e.route, opts.Resync, ctrl.Log.WithName("watch"))
+	if err := mgr.Add(e.watches); err != nil {
+		return nil, err
+	}
+	if err := e.indexRuns(ctx, mgr); err != nil {
+		return nil, err
+	}
+	if err := e.setupControllers(mgr); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Engine) indexRuns(ctx context.Context, mgr manager.Manager) error {
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &v1alpha1.TeardownRun{}, indexTargetUID, func(o client.Object) []string {
+		return []string{string(o.(*v1alpha1.TeardownRun).Spec.Target.UID)}
+	}); err != nil {
+		return err
+	}
+	return idx.IndexField(ctx, &v1alpha1.TeardownRun{}, indexPolicy, func(o client.Object) []string {
+		ref := o.(*v1alpha1.TeardownRun).Spec.PolicyRef
+		return []string{policy.Key{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}.String()}
+	})
+}
+
+func (e *Engine) setupControllers(mgr manager.Manager) error {
+	// Policies.
+	for kind, obj := range map[string]client.Object{policy.KindNamespaced: &v1alpha1.TeardownPolicy{}, policy.KindCluster: &v1alpha1.ClusterTeardownPolicy{}} {
+		r := &policyReconciler{Engine: e, kind: kind}
+		err := builder.ControllerManagedBy(mgr).
+			Named(kind).
+			For(obj).
+			WatchesRawSource(e.policies[kind].source()).
+			WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
+			Complete(r)
+		if err != nil {
+			return fmt.Errorf("%s controller: %w", kind, err)
+		}
+	}
+	// Namespaces: label changes move objects in and out of cluster policies' namespace selectors,
+	// and a namespace's deletion changes where runs go and when its policies may let go.
+	nsMeta := &metav1.PartialObjectMetadata{}
+	nsMeta.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "Namespace"})
+	err := builder.ControllerManagedBy(mgr).
+		Named("namespace").
+		WatchesMetadata(nsMeta, &handler.Funcs{
+			CreateFunc: func(ctx context.Context, ev eventCreate, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				e.namespaceChanged(ev.Object.GetName())
+			},
+			UpdateFunc: func(ctx context.Context, ev eventUpdate, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				if !equalStrings(ev.ObjectOld.GetLabels(), ev.ObjectNew.GetLabels()) || ev.ObjectOld.GetDeletionTimestamp() == nil && ev.ObjectNew.GetDeletionTimestamp() != nil {
+					e.namespaceChanged(ev.ObjectNew.GetName())
+				}
+			},
+		}).
+		Complete(reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil }))
+	if err != nil {
+		return fmt.Errorf("namespace watch: %w", err)
+	}
+	// Targets.
+	tc, err := controller.NewTyped[TargetKey]("target", mgr, controller.TypedOptions[TargetKey]{
+		Reconciler:              &targetReconciler{Engine: e},
+		MaxConcurrentReconciles: e.opts.TargetWorkers,
+	})
+	if err != nil {
+		return fmt.Errorf("target controller: %w", err)
+	}
+	if err := tc.Watch(e.targets.source()); err != nil {
+		return err
+	}
+	// Runs.
+	return builder.ControllerManagedBy(mgr).
+		Named("teardownrun").
+		// A run's own status writes must not wake it: its next check time is in the status and
+		// it is requeued for it. Creation, deletion and finalizer changes do wake it.
+		For(&v1alpha1.TeardownRun{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{},
+			predicate.Funcs{UpdateFunc: func(ev event.UpdateEvent) bool {
+				o, n := ev.ObjectOld, ev.ObjectNew
+				return (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) || !slices.Equal(o.GetFinalizers(), n.GetFinalizers())
+			}},
+		))).
+		WatchesRawSource(e.runs.source()).
+		WithOptions(controller.Options{MaxConcurrentReconciles: e.opts.RunWorkers}).
+		Complete(&runReconciler{Engine: e})
+}
+
+// route receives every event of the dynamic informers and queues the work it implies.
+func (e *Engine) route(ev watch.Event) {
+	o := ev.Object
+	if !ev.Deleted && e.registry.UsesGVK(ev.GVK) {
+		e.targets.Add(TargetKey{GVK: ev.GVK, Namespace: o.Namespace, Name: o.Name})
+	}
+	if o.DeletionTimestamp != nil || ev.Deleted {
+		for _, r := range e.runsOfTarget(context.Background(), o.UID) {
+			e.runs.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: r.Namespace, Name: r.Name}})
+		}
+	}
+	for _, r := range e.lookups.interested(ev.GVK, o.Namespace) {
+		e.runs.Add(r)
+	}
+}
+
+// namespaceChanged re-examines what a namespace's labels or deletion affect.
+func (e *Engine) namespaceChanged(ns string) {
+	seen := map[schema.GroupVersionKind]bool{}
+	for _, gvk := range e.registry.GVKs() {
+		for _, p := range e.registry.ForGVK(gvk) {
+			if p.Key.Namespaced() && p.Key.Namespace == ns {
+				e.policies[policy.KindNamespaced].Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: p.Key.Name}})
+			}
+			if (p.NamespaceSelector != nil || p.Key.Namespaced() && p.Key.Namespace == ns) && !seen[gvk] {
+				seen[gvk] = true
+				e.enqueueTargets(gvk, ns)
+			}
+		}
+	}
+}
+
+// enqueueTargets queues every cached object of gvk in namespace (empty: all).
+func (e *Engine) enqueueTargets(gvk schema.GroupVersionKind, namespace string) {
+	for _, o := range e.watches.List(gvk, namespace) {
+		e.targets.Add(TargetKey{GVK: gvk, Namespace: o.Namespace, Name: o.Name})
+	}
+}
+
+// runsOfTarget returns the cached runs of a target.
+func (e *Engine) runsOfTarget(ctx context.Context, uid types.UID) []v1alpha1.TeardownRun {
+	var list v1alpha1.TeardownRunList
+	if err := e.client.List(ctx, &list, client.MatchingFields{indexTargetUID: string(uid)}); err != nil {
+		return nil
+	}
+	return list.Items
+}
+
+// runsOfPolicy returns the cached runs of a policy.
+func (e *Engine) runsOfPolicy(ctx context.Context, key policy.Key) ([]v1alpha1.TeardownRun, error) {
+	var list v1alpha1.TeardownRunList
+	if err := e.client.List(ctx, &list, client.MatchingFields{indexPolicy: key.String()}); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// namespaceTerminating reports whether a namespace is being deleted, from the cache.
+func (e *Engine) namespaceTerminating(ctx context.Context, ns string) bool {
+	if ns == "" {
+		return false
+	}
+	m, err := e.namespace(ctx, ns)
+	return err == nil && m.DeletionTimestamp != nil
+}
+
+func (e *Engine) namespace(ctx context.Context, ns string) (*metav1.PartialObjectMetadata, error) {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "Namespace"})
+	err := e.client.Get(ctx, client.ObjectKey{Name: ns}, m)
+	return m, err
+}
+
+type (
+	eventCreate = event.CreateEvent
+	eventUpdate = event.UpdateEvent
+)
+
+func equalStrings(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// queueRef hands a controller's queue to code outside the controller (informer handlers, other
+// reconcilers). Items added before the controller starts are kept and queued when it does.
+type queueRef[T comparable] struct {
+	mu      sync.Mutex
+	q       workqueue.TypedRateLimitingInterface[T]
+	pending []T
+}
+
+func (r *queueRef[T]) source() source.TypedSource[T] {
+	return source.TypedFunc[T](func(_ context.Context, q workqueue.TypedRateLimitingInterface[T]) error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.q = q
+		for _, item := range r.pending {
+			q.Add(item)
+		}
+		r.pending = nil
+		return nil
+	})
+}
+
+// Add queues item now.
+func (r *queueRef[T]) Add(item T) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.q == nil {
+		r.pending = append(r.pending, item)
+		return
+	}
+	r.q.Add(item)
+}
+
+// AddAfter queues item after d; the queue folds repeated adds of the same item.
+func (r *queueRef[T]) AddAfter(item T, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.q == nil {
+		r.pending = append(r.pending, item)
+		return
+	}
+	r.q.AddAfter(item, d)
+}
+
+// interest records which runs wait on changes to which kinds of objects (wait-step lookups).
+type interest struct {
+	mu    sync.Mutex
+	byGVK map[schema.GroupVersionKind]map[string]map[reconcile.Request]struct{} // gvk -> namespace -> runs
+	byRun map[reconcile.Request][]steps.WatchTarget
+}
+
+func newInterest() *interest {
+	return &interest{byGVK: map[schema.GroupVersionKind]map[string]map[reconcile.Request]struct{}{}, byRun: map[reconcile.Request][]steps.WatchTarget{}}
+}
+
+// set replaces what run waits on and returns the kinds it no longer waits on.
+func (in *interest) set(run reconcile.Request, targets []steps.WatchTarget) (dropped []schema.GroupVersionKind) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	keep := map[schema.GroupVersionKind]bool{}
+	for _, t := range targets {
+		keep[t.GVK] = true
+	}
+	for _, old := range in.byRun[run] {
+		if nss := in.byGVK[old.GVK]; nss != nil {
+			delete(nss[old.Namespace], run)
+			if len(nss[old.Namespace]) == 0 {
+				delete(nss, old.Namespace)
+			}
+			if len(nss) == 0 {
+				delete(in.byGVK, old.GVK)
+			}
+		}
+		if !keep[old.GVK] {
+			dropped = append(dropped, old.GVK)
+		}
+	}
+	if len(targets) == 0 {
+		delete(in.byRun, run)
+		return dropped
+	}
+	in.byRun[run] = targets
+	for _, t := range targets {
+		nss := in.byGVK[t.GVK]
+		if nss == nil {
+			nss = map[string]map[reconcile.Request]struct{}{}
+			in.byGVK[t.GVK] = nss
+		}
+		if nss[t.Namespace] == nil {
+			nss[t.Namespace] = map[reconcile.Request]struct{}{}
+		}
+		nss[t.Namespace][run] = struct{}{}
+	}
+	return dropped
+}
+
+// interested returns the runs waiting on changes to gvk objects in namespace.
+func (in *interest) interested(gvk schema.GroupVersionKind, namespace string) []reconcile.Request {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	nss := in.byGVK[gvk]
+	if nss == nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for r := range nss[namespace] {
+		out = append(out, r)
+	}
+	if namespace != "" {
+		for r := range nss[""] {
+			out = append(out, r)
+		}
+	}
+	return out
+}

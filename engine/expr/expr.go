@@ -1,0 +1,196 @@
+package expr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/ext"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Names of the variables every expression may read.
+const (
+	// VarObject is the target object, as it was when its deletion began.
+	VarObject = "object"
+	// VarSteps maps step names to {phase, outputs} of the steps that ran before.
+	VarSteps = "steps"
+	// VarRun holds the run's name, uid and the current step's attempt.
+	VarRun = "run"
+)
+
+// reserved lists the names no policy may bind: the built-in variables and those later step kinds use.
+var reserved = map[string]bool{VarObject: true, VarSteps: true, VarRun: true, "response": true, "job": true, "now": true}
+
+// Reserved reports whether name is a built-in variable name.
+func Reserved(name string) bool { return reserved[name] }
+
+// CostLimit bounds the work of one evaluation, in CEL cost units (about one per elementary
+// operation); the Kubernetes API server uses the same order of magnitude for CRD validation rules.
+const CostLimit = 1_000_000
+
+// Vars binds variable names to values for one evaluation. Values are plain Go data as decoded
+// from JSON (map[string]any, []any, string, float64/int64, bool, nil).
+type Vars map[string]any
+
+// Env is a CEL environment. It is safe for concurrent use.
+type Env struct {
+	cel *cel.Env
+}
+
+// NewEnv builds the base environment with object, steps and run bound.
+func NewEnv() (*Env, error) {
+	env, err := cel.NewEnv(
+		cel.Variable(VarObject, cel.DynType),
+		cel.Variable(VarSteps, cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable(VarRun, cel.MapType(cel.StringType, cel.DynType)),
+		ext.Strings(), ext.Encoders(), ext.Lists(), ext.Sets(), ext.Math(),
+		cel.OptionalTypes(),
+		cel.CrossTypeNumericComparisons(true),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("building CEL environment: %w", err)
+	}
+	return &Env{cel: env}, nil
+}
+
+// Extend returns an environment that also binds the named variables: lists (for lookups) or
+// dynamic values. Names must not be reserved.
+func (e *Env) Extend(lists []string, dyns []string) (*Env, error) {
+	var opts []cel.EnvOption
+	for _, n := range lists {
+		if Reserved(n) {
+			return nil, fmt.Errorf("variable name %q is reserved", n)
+		}
+		opts = append(opts, cel.Variable(n, cel.ListType(cel.DynType)))
+	}
+	for _, n := range dyns {
+		opts = append(opts, cel.Variable(n, cel.DynType))
+	}
+	env, err := e.cel.Extend(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("extending CEL environment: %w", err)
+	}
+	return &Env{cel: env}, nil
+}
+
+// Program is one compiled expression.
+type Program struct {
+	src  string
+	prog cel.Program
+}
+
+// String returns the expression's source.
+func (p *Program) String() string { return p.src }
+
+// CompileCondition compiles an expression that must yield a bool. Expressions over dynamic
+// values (such as object fields) are checked for bool when they are evaluated.
+func (e *Env) CompileCondition(src string) (*Program, error) {
+	return e.compile(src, true)
+}
+
+// CompileValue compiles an expression of any type.
+func (e *Env) CompileValue(src string) (*Program, error) {
+	return e.compile(src, false)
+}
+
+func (e *Env) compile(src string, wantBool bool) (*Program, error) {
+	if strings.TrimSpace(src) == "" {
+		return nil, errors.New("expression is empty")
+	}
+	ast, iss := e.cel.Compile(src)
+	if iss.Err() != nil {
+		return nil, errors.New(strings.TrimSpace(iss.Err().Error()))
+	}
+	if wantBool {
+		if t := ast.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
+			return nil, fmt.Errorf("must evaluate to bool, not %s", t)
+		}
+	}
+	prog, err := e.cel.Program(ast,
+		cel.CostLimit(CostLimit),
+		cel.InterruptCheckFrequency(100),
+		cel.EvalOptions(cel.OptOptimize),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("planning: %w", err)
+	}
+	return &Program{src: src, prog: prog}, nil
+}
+
+// Eval evaluates the program and returns the CEL value.
+func (p *Program) Eval(ctx context.Context, vars Vars) (ref.Val, error) {
+	out, _, err := p.prog.ContextEval(ctx, map[string]any(vars))
+	if err != nil {
+		return nil, fmt.Errorf("evaluating %q: %w", p.src, err)
+	}
+	return out, nil
+}
+
+// EvalBool evaluates a condition.
+func (p *Program) EvalBool(ctx context.Context, vars Vars) (bool, error) {
+	out, err := p.Eval(ctx, vars)
+	if err != nil {
+		return false, err
+	}
+	b, ok := out.(types.Bool)
+	if !ok {
+		return false, fmt.Errorf("evaluating %q: got %s, want bool", p.src, out.Type().TypeName())
+	}
+	return bool(b), nil
+}
+
+// EvalJSON evaluates the program and returns its value encoded as JSON.
+func (p *Program) EvalJSON(ctx context.Context, vars Vars) ([]byte, error) {
+	out, err := p.Eval(ctx, vars)
+	if err != nil {
+		return nil, err
+	}
+	b, err := ToJSON(out)
+	if err != nil {
+		return nil, fmt.Errorf("evaluating %q: %w", p.src, err)
+	}
+	return b, nil
+}
+
+var jsonValueType = reflect.TypeOf(&structpb.Value{})
+
+// ToJSON encodes a CEL value as JSON.
+func ToJSON(v ref.Val) ([]byte, error) {
+	native, err := v.ConvertToNative(jsonValueType)
+	if err != nil {
+		return nil, fmt.Errorf("value of type %s cannot be represented as JSON: %w", v.Type().TypeName(), err)
+	}
+	return protojson.Marshal(native.(*structpb.Value))
+}
+
+// toText renders an interpolated value as text: strings as they are, numbers and bools in their
+// usual form, lists and maps as JSON.
+func toText(v ref.Val) (string, error) {
+	switch t := v.(type) {
+	case types.String:
+		return string(t), nil
+	case types.Bool:
+		return strconv.FormatBool(bool(t)), nil
+	case types.Int:
+		return strconv.FormatInt(int64(t), 10), nil
+	case types.Uint:
+		return strconv.FormatUint(uint64(t), 10), nil
+	case types.Double:
+		return strconv.FormatFloat(float64(t), 'f', -1, 64), nil
+	case types.Null:
+		return "", errors.New("value is null")
+	}
+	b, err := ToJSON(v)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}

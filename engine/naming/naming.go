@@ -1,0 +1,72 @@
+// Package naming derives the stable names the operator writes into the cluster: finalizers, run
+// names and label values. A name, once shipped, must never change for the same input, so every
+// function here is pure and covered by table tests.
+package naming
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Domain is the suffix of every finalizer, label and annotation the operator owns.
+const Domain = "teardown.dev"
+
+// MaxLabel is the longest DNS label, label value or qualified-name part Kubernetes accepts.
+const MaxLabel = 63
+
+// hashLen is how many hex digits of SHA-256 a shortened name keeps: 40 bits, so a collision
+// between two names sharing the same 52-character prefix is not a practical concern.
+const hashLen = 10
+
+// Shorten returns s unchanged when it fits in max characters; otherwise a prefix of s, a dash and
+// a short hash of all of s, max characters at most. The prefix loses trailing '-' and '.' so the
+// result stays a valid DNS label or subdomain.
+func Shorten(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	return strings.TrimRight(s[:max-hashLen-1], "-.") + "-" + Hash(s)
+}
+
+// Hash returns a short, stable hex digest of the parts, joined unambiguously.
+func Hash(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:hashLen]
+}
+
+// Finalizer returns the finalizer a policy puts on its targets, for example
+// "teardownpolicy.teardown.dev/db-snapshot". Policy names longer than 63 characters are shortened
+// with a hash so the result is a valid qualified name.
+func Finalizer(policyKind, policyName string) string {
+	return strings.ToLower(policyKind) + "." + Domain + "/" + Shorten(policyName, MaxLabel)
+}
+
+// IsOurs reports whether a finalizer belongs to some teardown policy.
+func IsOurs(finalizer string) bool {
+	prefix, _, ok := strings.Cut(finalizer, "/")
+	return ok && (prefix == "teardownpolicy."+Domain || prefix == "clusterteardownpolicy."+Domain)
+}
+
+// RunName returns the name of the run for one deletion of one target by one policy: the target's
+// name (shortened) and a hash of the policy and the target's UID. The same deletion always gets
+// the same name, so a repeated create finds the run it already made.
+func RunName(policyKind, policyNamespace, policyName, targetName string, targetUID types.UID) string {
+	h := Hash(policyKind, policyNamespace, policyName, string(targetUID))
+	base := strings.TrimRight(Shorten(strings.ToLower(targetName), MaxLabel-hashLen-1), "-.")
+	if base == "" {
+		return "run-" + h
+	}
+	return base + "-" + h
+}
+
+// LabelValue makes s usable as a label value: unchanged when it fits, else shortened with a hash.
+func LabelValue(s string) string {
+	return strings.TrimLeft(Shorten(s, MaxLabel), "-_.")
+}

@@ -1,0 +1,303 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/policy"
+)
+
+// Policy condition and its reasons.
+const (
+	ConditionReady = "Ready"
+
+	ReasonProtecting     = "Protecting"
+	ReasonSuspended      = "Suspended"
+	ReasonInvalidSpec    = "InvalidSpec"
+	ReasonKindNotServed  = "TargetKindNotServed"
+	ReasonInvalidTarget  = "InvalidTarget"
+	ReasonReleasing      = "ReleasingTargets"
+	ReasonWaitingTargets = "WaitingForTargets"
+)
+
+// Requeue periods of the policy reconciler.
+const (
+	// retryNotServed is how often a policy whose target kind is missing looks again, so that it
+	// recovers by itself once the CRD is installed.
+	retryNotServed = 10 * time.Second
+	// refreshActive keeps counts and the stuck gauge fresh while a policy has runs in flight.
+	refreshActive = 30 * time.Second
+	// retryDeleting is how often a policy being deleted checks whether its targets are released.
+	retryDeleting = 2 * time.Second
+)
+
+type policyReconciler struct {
+	*Engine
+	kind string
+}
+
+func (r *policyReconciler) newObject() client.Object {
+	if r.kind == policy.KindCluster {
+		return &v1alpha1.ClusterTeardownPolicy{}
+	}
+	return &v1alpha1.TeardownPolicy{}
+}
+
+func (r *policyReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	key := policy.Key{Kind: r.kind, Namespace: req.Namespace, Name: req.Name}
+	cached := r.newObject()
+	if err := r.client.Get(ctx, req.NamespacedName, cached); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(key)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	// The compiled policy keeps pointers into the spec: it must never share the cache's copy.
+	obj := cached.DeepCopyObject().(client.Object)
+	v, err := policy.ViewOf(obj)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if obj.GetDeletionTimestamp() != nil {
+		return r.reconcileDelete(ctx, v, cached)
+	}
+	if err := r.ensureFinalizer(ctx, obj); err != nil {
+		return reconcile.Result{}, err
+	}
+	compiled, res := r.compile(v)
+	if compiled != nil {
+		prev := r.registry.Set(compiled)
+		if prev == nil || prev.Generation != compiled.Generation || prev.Suspended != compiled.Suspended {
+			r.enqueueTargets(compiled.GVK, key.Namespace)
+			if compiled.Suspended {
+				r.enqueueRuns(ctx, key)
+			}
+		}
+	}
+	return r.writeStatus(ctx, v, cached, res)
+}
+
+// compile compiles the policy and starts its watch; on failure it sets Ready=False with the reason
+// and keeps what is known of the policy in the registry so its finalizers stay untouched.
+func (r *policyReconciler) compile(v policy.View) (*policy.Compiled, reconcile.Result) {
+	gvk := targetGVK(v.Spec)
+	compiled, errs := r.compiler.Compile(v)
+	if len(errs) > 0 {
+		r.registry.SetInvalid(v.Key, gvk)
+		r.acquireQuietly(gvk, v.Key)
+		r.setReady(v, metav1.ConditionFalse, ReasonInvalidSpec, errs.ToAggregate().Error())
+		return nil, reconcile.Result{}
+	}
+	mapping, err := r.watches.Acquire(gvk, consumerOf(v.Key))
+	if err != nil {
+		r.registry.SetInvalid(v.Key, gvk)
+		r.setReady(v, metav1.ConditionFalse, ReasonKindNotServed, fmt.Sprintf(
+			"spec.targetRef: %s %s is not served by the cluster (is its CRD installed?); checking again every %s", gvk.Kind, gvk.GroupVersion(), retryNotServed))
+		return nil, reconcile.Result{RequeueAfter: retryNotServed}
+	}
+	if v.Key.Namespaced() && mapping.Scope.Name() != meta.RESTScopeNameNamespace {
+		r.watches.Release(gvk, consumerOf(v.Key))
+		r.registry.SetInvalid(v.Key, gvk)
+		r.setReady(v, metav1.ConditionFalse, ReasonInvalidTarget, fmt.Sprintf(
+			"spec.targetRef: %s is cluster-scoped; a TeardownPolicy protects only objects in its own namespace (use a ClusterTeardownPolicy)", gvk.Kind))
+		return nil, reconcile.Result{}
+	}
+	if compiled.Suspended {
+		r.setReady(v, metav1.ConditionFalse, ReasonSuspended, "spec.suspend is true: targets are released and runs abandoned")
+	} else {
+		r.setReady(v, metav1.ConditionTrue, ReasonProtecting, fmt.Sprintf("protecting %s objects; finalizer %s", gvk.Kind, compiled.Finalizer))
+	}
+	return compiled, reconcile.Result{}
+}
+
+func (r *policyReconciler) acquireQuietly(gvk schema.GroupVersionKind, key policy.Key) {
+	if !gvk.Empty() {
+		_, _ = r.watches.Acquire(gvk, consumerOf(key))
+	}
+}
+
+// reconcileDelete releases the policy's targets and lets the policy go once none carries its
+// finalizer. Targets already being deleted keep it until their runs finish. In a namespace being
+// deleted, every target is about to be deleted too, so none is released early: the policy waits
+// for all of their pipelines.
+func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, cached client.Object) (reconcile.Result, error) {
+	if !slices.Contains(v.Object.GetFinalizers(), FinalizerPolicy) {
+		return reconcile.Result{}, nil
+	}
+	gvk := targetGVK(v.Spec)
+	compiled, errs := r.compiler.Compile(v)
+	if len(errs) > 0 {
+		// An invalid policy has no pipeline: it only lets go of its targets.
+		compiled = &policy.Compiled{Key: v.Key, UID: v.Object.GetUID(), Finalizer: v.Key.Finalizer(), GVK: gvk,
+			Selector: labels.Nothing(), Deleting: true, Spec: v.Spec}
+	}
+	prev := r.registry.Set(compiled)
+	if prev == nil || !prev.Deleting {
+		r.enqueueTargets(gvk, v.Key.Namespace)
+	}
+	remaining, active := 0, 0
+	if _, err := r.watches.Mapping(gvk); err == nil {
+		r.acquireQuietly(gvk, v.Key)
+		if !r.watches.Synced(gvk) {
+			return reconcile.Result{RequeueAfter: time.Second}, nil
+		}
+		remaining = r.countProtected(gvk, v.Key, compiled.Finalizer)
+	}
+	runs, err := r.runsOfPolicy(ctx, v.Key)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	for _, run := range runs {
+		if !run.Status.Phase.Finished() {
+			active++
+		}
+	}
+	if remaining > 0 || active > 0 {
+		msg := fmt.Sprintf("policy is being deleted: waiting for %d objects to lose finalizer %s and %d runs to finish", remaining, compiled.Finalizer, active)
+		if v.Key.Namespaced() && r.namespaceTerminating(ctx, v.Key.Namespace) {
+			msg = fmt.Sprintf("namespace is being deleted: waiting for the teardown of %d objects (%d runs in flight)", remaining, active)
+		}
+		r.setReady(v, metav1.ConditionFalse, ReasonReleasing, msg)
+		v.Status.Protected, v.Status.ActiveRuns = int32(remaining), int32(active)
+		if _, err := r.writeStatus(ctx, v, cached, reconcile.Result{}); err != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{RequeueAfter: retryDeleting}, nil
+	}
+	kept := slices.DeleteFunc(slices.Clone(v.Object.GetFinalizers()), func(f string) bool { return f == FinalizerPolicy })
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind(r.kind))
+	m.SetNamespace(v.Object.GetNamespace())
+	m.SetName(v.Object.GetName())
+	m.SetResourceVersion(v.Object.GetResourceVersion())
+	if err := r.writeFinalizers(ctx, m.GroupVersionKind(), m, kept); err != nil {
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{Requeue: true}, nil
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	r.forget(v.Key)
+	return reconcile.Result{}, nil
+}
+
+// forget drops a policy that is gone.
+func (r *policyReconciler) forget(key policy.Key) {
+	if prev := r.registry.Delete(key); prev != nil {
+		r.enqueueTargets(prev.GVK, key.Namespace)
+		r.watches.Release(prev.GVK, consumerOf(key))
+	}
+	r.metrics.forget(key.String())
+}
+
+func (r *policyReconciler) ensureFinalizer(ctx context.Context, obj client.Object) error {
+	if slices.Contains(obj.GetFinalizers(), FinalizerPolicy) {
+		return nil
+	}
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind(r.kind))
+	m.SetNamespace(obj.GetNamespace())
+	m.SetName(obj.GetName())
+	m.SetResourceVersion(obj.GetResourceVersion())
+	if err := r.writeFinalizers(ctx, m.GroupVersionKind(), m, append(slices.Clone(obj.GetFinalizers()), FinalizerPolicy)); err != nil {
+		return fmt.Errorf("adding finalizer %s: %w", FinalizerPolicy, err)
+	}
+	obj.SetFinalizers(append(obj.GetFinalizers(), FinalizerPolicy))
+	obj.SetResourceVersion(m.GetResourceVersion())
+	return nil
+}
+
+// writeStatus counts what the policy protects and runs, and writes the status if it changed.
+func (r *policyReconciler) writeStatus(ctx context.Context, v policy.View, cached client.Object, res reconcile.Result) (reconcile.Result, error) {
+	st := v.Status
+	st.ObservedGeneration = v.Object.GetGeneration()
+	st.Finalizer = v.Key.Finalizer()
+	gvk := targetGVK(v.Spec)
+	if v.Object.GetDeletionTimestamp() == nil {
+		if r.watches.Watching(gvk) && r.watches.Synced(gvk) {
+			st.Protected = int32(r.countProtected(gvk, v.Key, st.Finalizer))
+		} else if r.watches.Watching(gvk) {
+			res = earliest(res, reconcile.Result{RequeueAfter: time.Second})
+		}
+		runs, err := r.runsOfPolicy(ctx, v.Key)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		active, stuck := 0, 0
+		for _, run := range runs {
+			unfinished := !run.Status.Phase.Finished() || !run.Status.Released
+			if !run.Status.Phase.Finished() {
+				active++
+			}
+			if unfinished && time.Since(run.CreationTimestamp.Time) > r.opts.StuckAfter {
+				stuck++
+			}
+		}
+		st.ActiveRuns = int32(active)
+		r.metrics.activeRuns.WithLabelValues(v.Key.String()).Set(float64(active))
+		r.metrics.stuckRuns.WithLabelValues(v.Key.String()).Set(float64(stuck))
+		if active > 0 || stuck > 0 {
+			res = earliest(res, reconcile.Result{RequeueAfter: refreshActive})
+		}
+	}
+	r.metrics.protected.WithLabelValues(v.Key.String()).Set(float64(st.Protected))
+	origView, _ := policy.ViewOf(cached)
+	if equality.Semantic.DeepEqual(*origView.Status, *st) {
+		return res, nil
+	}
+	if err := r.client.Status().Patch(ctx, v.Object, client.MergeFrom(cached)); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return reconcile.Result{Requeue: true}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("writing status: %w", err)
+	}
+	return res, nil
+}
+
+func (r *policyReconciler) setReady(v policy.View, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&v.Status.Conditions, metav1.Condition{Type: ConditionReady, Status: status, Reason: reason,
+		Message: msg, ObservedGeneration: v.Object.GetGeneration()})
+}
+
+// countProtected counts the cached objects in the policy's scope that carry its finalizer.
+func (r *policyReconciler) countProtected(gvk schema.GroupVersionKind, key policy.Key, finalizer string) int {
+	n := 0
+	for _, o := range r.watches.List(gvk, key.Namespace) {
+		if slices.Contains(o.Finalizers, finalizer) {
+			n++
+		}
+	}
+	return n
+}
+
+// enqueueRuns queues the policy's unfinished runs (suspend abandons them).
+func (r *policyReconciler) enqueueRuns(ctx context.Context, key policy.Key) {
+	runs, _ := r.runsOfPolicy(ctx, key)
+	for i := range runs {
+		if !runs[i].Status.Phase.Finished() || !runs[i].Status.Released {
+			r.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&runs[i])})
+		}
+	}
+}
+
+func consumerOf(key policy.Key) string { return "policy:" + key.String() }
+
+func targetGVK(spec *v1alpha1.TeardownPolicySpec) schema.GroupVersionKind {
+	gv, err := schema.ParseGroupVersion(spec.TargetRef.APIVersion)
+	if err != nil {
+		return schema.GroupVersionKind{}
+	}
+	return gv.WithKind(spec.TargetRef.Kind)
+}

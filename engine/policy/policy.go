@@ -1,0 +1,430 @@
+// Package policy compiles TeardownPolicy and ClusterTeardownPolicy objects into the form the engine
+// runs (selectors parsed, every CEL expression compiled, every step bound to its kind) and keeps
+// the compiled policies in a registry indexed by target kind.
+package policy
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/expr"
+	"github.com/teardown-dev/teardown-operator/engine/naming"
+	"github.com/teardown-dev/teardown-operator/steps"
+)
+
+// Kinds of policy.
+const (
+	KindNamespaced = "TeardownPolicy"
+	KindCluster    = "ClusterTeardownPolicy"
+)
+
+// Key identifies a policy.
+type Key struct {
+	Kind      string
+	Namespace string
+	Name      string
+}
+
+func (k Key) String() string {
+	if k.Namespace == "" {
+		return k.Kind + "/" + k.Name
+	}
+	return k.Kind + "/" + k.Namespace + "/" + k.Name
+}
+
+// Namespaced reports whether the key names a TeardownPolicy.
+func (k Key) Namespaced() bool { return k.Kind == KindNamespaced }
+
+// Finalizer returns the finalizer the policy puts on its targets.
+func (k Key) Finalizer() string { return naming.Finalizer(k.Kind, k.Name) }
+
+// View is the part of either policy kind the engine reads.
+type View struct {
+	Key               Key
+	Object            client.Object
+	Spec              *v1alpha1.TeardownPolicySpec
+	NamespaceSelector *metav1.LabelSelector
+	Status            *v1alpha1.TeardownPolicyStatus
+}
+
+// ViewOf returns the view of a TeardownPolicy or ClusterTeardownPolicy; the view shares memory
+// with obj.
+func ViewOf(obj client.Object) (View, error) {
+	switch p := obj.(type) {
+	case *v1alpha1.TeardownPolicy:
+		return View{Key: Key{KindNamespaced, p.Namespace, p.Name}, Object: p, Spec: &p.Spec, Status: &p.Status}, nil
+	case *v1alpha1.ClusterTeardownPolicy:
+		return View{Key: Key{KindCluster, "", p.Name}, Object: p, Spec: &p.Spec.TeardownPolicySpec,
+			NamespaceSelector: p.Spec.NamespaceSelector, Status: &p.Status}, nil
+	}
+	return View{}, fmt.Errorf("%T is not a teardown policy", obj)
+}
+
+// Step is a compiled step.
+type Step struct {
+	Spec   v1alpha1.Step
+	Kind   string
+	When   *expr.Program
+	Action steps.Action
+}
+
+// Pipeline is a compiled pipeline.
+type Pipeline struct {
+	Steps         []*Step
+	FailurePolicy v1alpha1.FailurePolicy
+	Spec          *v1alpha1.Pipeline
+}
+
+// Compiled is a policy ready for the engine.
+type Compiled struct {
+	Key               Key
+	UID               types.UID
+	Generation        int64
+	Finalizer         string
+	GVK               schema.GroupVersionKind
+	Selector          labels.Selector
+	NamespaceSelector labels.Selector // nil: every namespace
+	Match             *expr.Program   // nil: no CEL match
+	Pipeline          *Pipeline
+	Spec              *v1alpha1.TeardownPolicySpec
+	Suspended         bool
+	Deleting          bool
+	// SuspendedBy names who set spec.suspend, from the policy's managed fields.
+	SuspendedBy string
+}
+
+// InScope reports whether an object in namespace ns may be a target at all: a TeardownPolicy
+// only sees its own namespace.
+func (c *Compiled) InScope(ns string) bool {
+	return !c.Key.Namespaced() || c.Key.Namespace == ns
+}
+
+// Selects reports whether labels (and the namespace's labels, for cluster policies) select an
+// object. CEL match is separate because it needs the full object.
+func (c *Compiled) Selects(objLabels, nsLabels map[string]string, namespaced bool) bool {
+	if !c.Selector.Matches(labels.Set(objLabels)) {
+		return false
+	}
+	if c.NamespaceSelector != nil && namespaced {
+		return c.NamespaceSelector.Matches(labels.Set(nsLabels))
+	}
+	return true
+}
+
+// Compiler compiles policies and pipelines. Pipelines are cached by policy UID and generation,
+// so every expression is compiled once per policy generation.
+type Compiler struct {
+	env   *expr.Env
+	kinds steps.Registry
+
+	mu    sync.Mutex
+	cache map[pipelineKey]*Pipeline
+}
+
+type pipelineKey struct {
+	uid        types.UID
+	generation int64
+}
+
+// maxCached bounds the pipeline cache; past it the cache starts over (entries are cheap to rebuild).
+const maxCached = 4096
+
+// NewCompiler returns a compiler for the given step kinds.
+func NewCompiler(env *expr.Env, kinds steps.Registry) *Compiler {
+	return &Compiler{env: env, kinds: kinds, cache: map[pipelineKey]*Pipeline{}}
+}
+
+// Env returns the shared CEL environment.
+func (c *Compiler) Env() *expr.Env { return c.env }
+
+// Compile compiles a policy. The errors name the field at fault, such as
+// spec.steps[1].wait.until.
+func (c *Compiler) Compile(v View) (*Compiled, field.ErrorList) {
+	spec := v.Spec
+	specPath := field.NewPath("spec")
+	var errs field.ErrorList
+	gv, err := schema.ParseGroupVersion(spec.TargetRef.APIVersion)
+	if err != nil {
+		errs = append(errs, field.Invalid(specPath.Child("targetRef", "apiVersion"), spec.TargetRef.APIVersion, err.Error()))
+	}
+	if gv.Group == v1alpha1.Group {
+		errs = append(errs, field.Forbidden(specPath.Child("targetRef", "apiVersion"), "teardown.dev resources cannot be targets"))
+	}
+	out := &Compiled{
+		Key:        v.Key,
+		UID:        v.Object.GetUID(),
+		Generation: v.Object.GetGeneration(),
+		Finalizer:  v.Key.Finalizer(),
+		GVK:        gv.WithKind(spec.TargetRef.Kind),
+		Spec:       spec,
+		Suspended:  spec.Suspend,
+		Deleting:   v.Object.GetDeletionTimestamp() != nil,
+	}
+	if spec.Suspend {
+		out.SuspendedBy = managerOf(v.Object, "f:spec", "f:suspend")
+	}
+	out.Selector, err = selector(spec.Selector)
+	if err != nil {
+		errs = append(errs, field.Invalid(specPath.Child("selector"), spec.Selector, err.Error()))
+	}
+	if v.NamespaceSelector != nil {
+		out.NamespaceSelector, err = selector(v.NamespaceSelector)
+		if err != nil {
+			errs = append(errs, field.Invalid(specPath.Child("namespaceSelector"), v.NamespaceSelector, err.Error()))
+		}
+	}
+	if spec.Match != "" {
+		out.Match, err = c.env.CompileCondition(spec.Match)
+		if err != nil {
+			errs = append(errs, field.Invalid(specPath.Child("match"), spec.Match, err.Error()))
+		}
+	}
+	pipe, perrs := c.compilePipeline(&spec.Pipeline, v.Key.Namespaced(), specPath)
+	errs = append(errs, perrs...)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	out.Pipeline = pipe
+	c.store(pipelineKey{out.UID, out.Generation}, pipe)
+	return out, nil
+}
+
+// PipelineForRun returns the compiled pipeline a run copied from its policy.
+func (c *Compiler) PipelineForRun(run *v1alpha1.TeardownRun) (*Pipeline, error) {
+	key := pipelineKey{run.Spec.PolicyRef.UID, run.Spec.PolicyRef.Generation}
+	c.mu.Lock()
+	p, ok := c.cache[key]
+	c.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	p, errs := c.compilePipeline(&run.Spec.Pipeline, run.Spec.PolicyRef.Kind == KindNamespaced, field.NewPath("spec", "pipeline"))
+	if len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	c.store(key, p)
+	return p, nil
+}
+
+func (c *Compiler) store(key pipelineKey, p *Pipeline) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.cache) >= maxCached {
+		c.cache = map[pipelineKey]*Pipeline{}
+	}
+	c.cache[key] = p
+}
+
+func (c *Compiler) compilePipeline(spec *v1alpha1.Pipeline, namespaced bool, path *field.Path) (*Pipeline, field.ErrorList) {
+	var errs field.ErrorList
+	cc := steps.CompileContext{Env: c.env, Namespaced: namespaced}
+	out := &Pipeline{FailurePolicy: spec.FailurePolicy, Spec: spec}
+	if out.FailurePolicy == "" {
+		out.FailurePolicy = v1alpha1.FailurePolicyRetain
+	}
+	if len(spec.Steps) == 0 {
+		errs = append(errs, field.Required(path.Child("steps"), "at least one step"))
+	}
+	seen := map[string]bool{}
+	for i := range spec.Steps {
+		s := &spec.Steps[i]
+		sp := path.Child("steps").Index(i)
+		if seen[s.Name] {
+			errs = append(errs, field.Duplicate(sp.Child("name"), s.Name))
+		}
+		seen[s.Name] = true
+		step := &Step{Spec: *s.DeepCopy()}
+		if s.When != "" {
+			prog, err := c.env.CompileCondition(s.When)
+			if err != nil {
+				errs = append(errs, field.Invalid(sp.Child("when"), s.When, err.Error()))
+			}
+			step.When = prog
+		}
+		kind, err := c.kinds.Find(s)
+		if err != nil {
+			errs = append(errs, field.Invalid(sp, s.Name, err.Error()))
+			continue
+		}
+		step.Kind = kind.Name()
+		action, kerrs := kind.Compile(cc, s, sp)
+		errs = append(errs, kerrs...)
+		step.Action = action
+		out.Steps = append(out.Steps, step)
+	}
+	return out, errs
+}
+
+func selector(ls *metav1.LabelSelector) (labels.Selector, error) {
+	if ls == nil {
+		return labels.Everything(), nil
+	}
+	return metav1.LabelSelectorAsSelector(ls)
+}
+
+// managerOf returns the field manager that owns the given field path in obj's managed fields,
+// for recording who broke glass.
+func managerOf(obj client.Object, path ...string) string {
+	for _, mf := range obj.GetManagedFields() {
+		if mf.FieldsV1 == nil {
+			continue
+		}
+		raw := string(mf.FieldsV1.Raw)
+		ok := true
+		for _, p := range path {
+			if !strings.Contains(raw, `"`+p+`"`) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return mf.Manager
+		}
+	}
+	return ""
+}
+
+// ManagerOf is managerOf for callers outside the package (the target's break-glass annotation).
+func ManagerOf(obj client.Object, path ...string) string { return managerOf(obj, path...) }
+
+// Registry holds the compiled policies, indexed by target kind. It is safe for concurrent use.
+type Registry struct {
+	mu       sync.RWMutex
+	policies map[Key]*Compiled
+	invalid  map[Key]schema.GroupVersionKind
+	byGVK    map[schema.GroupVersionKind][]*Compiled
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{policies: map[Key]*Compiled{}, invalid: map[Key]schema.GroupVersionKind{}, byGVK: map[schema.GroupVersionKind][]*Compiled{}}
+}
+
+// Set stores a compiled policy, replacing any earlier version, and returns the earlier one.
+func (r *Registry) Set(c *Compiled) *Compiled {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev := r.policies[c.Key]
+	delete(r.invalid, c.Key)
+	r.policies[c.Key] = c
+	r.reindex()
+	return prev
+}
+
+// SetInvalid records that a policy exists but cannot run, so its finalizers are neither added
+// nor mistaken for orphans.
+func (r *Registry) SetInvalid(key Key, gvk schema.GroupVersionKind) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.policies, key)
+	r.invalid[key] = gvk
+	r.reindex()
+}
+
+// Delete forgets a policy and returns what was stored.
+func (r *Registry) Delete(key Key) *Compiled {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev := r.policies[key]
+	delete(r.policies, key)
+	delete(r.invalid, key)
+	r.reindex()
+	return prev
+}
+
+func (r *Registry) reindex() {
+	idx := make(map[schema.GroupVersionKind][]*Compiled, len(r.byGVK))
+	for _, c := range r.policies {
+		idx[c.GVK] = append(idx[c.GVK], c)
+	}
+	for _, list := range idx {
+		sort.Slice(list, func(i, j int) bool { return list[i].Key.String() < list[j].Key.String() })
+	}
+	r.byGVK = idx
+}
+
+// Get returns the compiled policy for key, if it is valid.
+func (r *Registry) Get(key Key) *Compiled {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.policies[key]
+}
+
+// Known reports whether the registry has seen the policy, valid or not.
+func (r *Registry) Known(key Key) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	_, ok := r.policies[key]
+	_, bad := r.invalid[key]
+	return ok || bad
+}
+
+// ForGVK returns the valid policies that target a kind. The slice must not be modified.
+func (r *Registry) ForGVK(gvk schema.GroupVersionKind) []*Compiled {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.byGVK[gvk]
+}
+
+// UsesGVK reports whether any policy, valid or not, targets the kind.
+func (r *Registry) UsesGVK(gvk schema.GroupVersionKind) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if len(r.byGVK[gvk]) > 0 {
+		return true
+	}
+	for _, g := range r.invalid {
+		if g == gvk {
+			return true
+		}
+	}
+	return false
+}
+
+// ForFinalizer returns the key of the policy that owns finalizer on an object in namespace ns,
+// among the policies the registry knows (valid or not).
+func (r *Registry) ForFinalizer(finalizer, ns string) (Key, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for k := range r.policies {
+		if k.Finalizer() == finalizer && (k.Kind == KindCluster || k.Namespace == ns) {
+			return k, true
+		}
+	}
+	for k := range r.invalid {
+		if k.Finalizer() == finalizer && (k.Kind == KindCluster || k.Namespace == ns) {
+			return k, true
+		}
+	}
+	return Key{}, false
+}
+
+// MatchObject evaluates the policy's CEL match against a full object.
+func (c *Compiled) MatchObject(ctx context.Context, obj map[string]any) (bool, error) {
+	if c.Match == nil {
+		return true, nil
+	}
+	return c.Match.EvalBool(ctx, expr.Vars{expr.VarObject: obj, expr.VarSteps: map[string]any{}, expr.VarRun: map[string]any{}})
+}
+
+// GVKs returns the kinds some valid policy targets.
+func (r *Registry) GVKs() []schema.GroupVersionKind {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]schema.GroupVersionKind, 0, len(r.byGVK))
+	for gvk := range r.byGVK {
+		out = append(out, gvk)
+	}
+	return out
+}

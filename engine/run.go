@@ -1,0 +1,573 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/expr"
+	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/steps"
+)
+
+// Step defaults.
+const (
+	DefaultBackoff    = 5 * time.Second
+	DefaultMaxBackoff = 5 * time.Minute
+	// MaxOutputBytes bounds the JSON of one step's outputs, so run objects stay small.
+	MaxOutputBytes = 16 * 1024
+	// ConditionComplete is True once a run's phase is final.
+	ConditionComplete = "Complete"
+)
+
+// runReconciler advances one run's pipeline per reconcile, as far as it can go without waiting.
+type runReconciler struct {
+	*Engine
+}
+
+func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	cached := &v1alpha1.TeardownRun{}
+	if err := r.client.Get(ctx, req.NamespacedName, cached); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.trackWatches(req, nil)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	p, err := r.newPass(ctx, cached)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	var res reconcile.Result
+	if cached.Status.Phase.Finished() {
+		res, err = p.afterFinish(ctx)
+	} else {
+		res, err = p.advance(ctx)
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.commit(ctx, p); err != nil {
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{Requeue: true}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	p.flushEvents(ctx)
+	r.trackWatches(req, p.watch)
+	if p.run.Status.Phase.Finished() {
+		return r.cleanUp(ctx, p.run)
+	}
+	return res, nil
+}
+
+// pass is one reconcile of a run: the run being edited, and what the pass learned and will say.
+type pass struct {
+	e      *Engine
+	orig   *v1alpha1.TeardownRun // as read from the cache; never modified
+	run    *v1alpha1.TeardownRun // a deep copy, edited
+	pipe   *policy.Pipeline
+	now    time.Time
+	tkey   TargetKey
+	target *metav1.PartialObjectMetadata // live metadata of the target; nil once it is gone
+	object map[string]any                // the snapshot, for expressions
+	events []passEvent
+	watch  []steps.WatchTarget
+}
+
+type passEvent struct {
+	onTarget bool
+	ev       runEvent
+}
+
+func (r *runReconciler) newPass(ctx context.Context, cached *v1alpha1.TeardownRun) (*pass, error) {
+	t := cached.Spec.Target
+	gv, _ := schema.ParseGroupVersion(t.APIVersion)
+	p := &pass{
+		e:    r.Engine,
+		orig: cached,
+		run:  cached.DeepCopy(),
+		now:  time.Now(),
+		tkey: TargetKey{GVK: gv.WithKind(t.Kind), Namespace: t.Namespace, Name: t.Name},
+	}
+	target := &metav1.PartialObjectMetadata{}
+	target.SetGroupVersionKind(p.tkey.GVK)
+	err := r.reader.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: t.Name}, target)
+	switch {
+	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+	case err != nil:
+		return nil, fmt.Errorf("reading target %s: %w", p.tkey, err)
+	case target.UID == t.UID:
+		p.target = target
+	}
+	return p, nil
+}
+
+// advance moves an unfinished run forward: start, break glass, deadline, steps, finish.
+func (p *pass) advance(ctx context.Context) (reconcile.Result, error) {
+	st := &p.run.Status
+	if st.Phase == "" || st.Phase == v1alpha1.RunPending {
+		p.start()
+	}
+	if who := p.breakGlass(); who != "" {
+		return reconcile.Result{}, p.abandon(ctx, who)
+	}
+	pipe, err := p.e.compiler.PipelineForRun(p.run)
+	if err != nil {
+		return reconcile.Result{}, p.finish(ctx, v1alpha1.RunFailed, fmt.Sprintf("pipeline cannot be compiled: %v", err))
+	}
+	p.pipe = pipe
+	if p.target == nil && !p.stepsDone() {
+		st.AbandonedBy = "the target was deleted without this run: its finalizer was removed by someone else"
+		p.skipRemaining("the target is gone")
+		return reconcile.Result{}, p.finish(ctx, v1alpha1.RunAbandoned, "target vanished before the pipeline finished")
+	}
+	if st.Deadline != nil && !p.now.Before(st.Deadline.Time) {
+		p.failCurrent(fmt.Sprintf("pipeline timed out after %s", p.run.Spec.Pipeline.Timeout.Duration))
+		p.skipRemaining("the pipeline timed out")
+		p.note(true, ReasonPipelineTimedOut, "Pipeline timed out after %s", p.run.Spec.Pipeline.Timeout.Duration)
+		return reconcile.Result{}, p.finish(ctx, v1alpha1.RunFailed, "pipeline timed out")
+	}
+	res, failed := p.runSteps(ctx)
+	if !p.stepsDone() {
+		return p.capAtDeadline(res), nil
+	}
+	if failed != "" {
+		return reconcile.Result{}, p.finish(ctx, v1alpha1.RunFailed, fmt.Sprintf("step %s failed", failed))
+	}
+	return reconcile.Result{}, p.finish(ctx, v1alpha1.RunSucceeded, "all steps done")
+}
+
+func (p *pass) start() {
+	st := &p.run.Status
+	st.Phase = v1alpha1.RunRunning
+	now := metav1.NewTime(p.now)
+	st.StartTime = &now
+	if to := p.run.Spec.Pipeline.Timeout; to != nil && to.Duration > 0 {
+		d := metav1.NewTime(p.now.Add(to.Duration))
+		st.Deadline = &d
+	}
+	st.Steps = make([]v1alpha1.StepStatus, 0, len(p.run.Spec.Pipeline.Steps))
+	for _, s := range p.run.Spec.Pipeline.Steps {
+		st.Steps = append(st.Steps, v1alpha1.StepStatus{Name: s.Name, Phase: v1alpha1.StepPending})
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionComplete, Status: metav1.ConditionFalse,
+		Reason: string(v1alpha1.RunRunning), Message: "pipeline running", ObservedGeneration: p.run.Generation})
+}
+
+// breakGlass returns who asked to abandon the run, or "".
+func (p *pass) breakGlass() string {
+	if p.target != nil {
+		if v := p.target.Annotations[AnnotationAbandon]; v != "" {
+			who := fmt.Sprintf("annotation %s=%q on the target", AnnotationAbandon, v)
+			if m := policy.ManagerOf(p.target, "f:metadata", "f:annotations", "f:"+AnnotationAbandon); m != "" {
+				who += ", set by field manager " + m
+			}
+			return who
+		}
+	}
+	ref := p.run.Spec.PolicyRef
+	if c := p.e.registry.Get(policy.Key{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}); c != nil && c.Suspended && c.UID == ref.UID {
+		who := fmt.Sprintf("spec.suspend on %s %s", ref.Kind, ref.Name)
+		if c.SuspendedBy != "" {
+			who += ", set by field manager " + c.SuspendedBy
+		}
+		return who
+	}
+	return ""
+}
+
+func (p *pass) abandon(ctx context.Context, who string) error {
+	p.run.Status.AbandonedBy = who
+	p.skipRemaining("abandoned: " + who)
+	return p.finish(ctx, v1alpha1.RunAbandoned, "abandoned by "+who)
+}
+
+// runSteps executes steps in order until one must wait or the pipeline ends. It returns when to
+// come back, and the name of the step that failed the pipeline, if one did.
+func (p *pass) runSteps(ctx context.Context) (reconcile.Result, string) {
+	for _, step := range p.pipe.Steps {
+		ss := p.run.Status.Step(step.Spec.Name)
+		if ss == nil {
+			p.run.Status.Steps = append(p.run.Status.Steps, v1alpha1.StepStatus{Name: step.Spec.Name, Phase: v1alpha1.StepPending})
+			ss = &p.run.Status.Steps[len(p.run.Status.Steps)-1]
+		}
+		if ss.Phase.Finished() {
+			if ss.Phase == v1alpha1.StepFailed && step.Spec.OnFailure != v1alpha1.OnFailureContinue {
+				return reconcile.Result{}, step.Spec.Name
+			}
+			continue
+		}
+		p.run.Status.CurrentStep = step.Spec.Name
+		res, done := p.runStep(ctx, step, ss)
+		if !done {
+			return res, ""
+		}
+		if ss.Phase == v1alpha1.StepFailed && step.Spec.OnFailure != v1alpha1.OnFailureContinue {
+			p.skipRemaining(fmt.Sprintf("step %s failed", step.Spec.Name))
+			return reconcile.Result{}, step.Spec.Name
+		}
+	}
+	return reconcile.Result{}, ""
+}
+
+// runStep takes one step as far as it goes now; done means its phase is final.
+func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.StepStatus) (reconcile.Result, bool) {
+	name := step.Spec.Name
+	if ss.Phase == v1alpha1.StepPending {
+		if step.When != nil {
+			ok, err := step.When.EvalBool(ctx, p.vars(ss))
+			if err != nil {
+				p.endStep(step, ss, v1alpha1.StepFailed, fmt.Sprintf("when: %v", err))
+				return reconcile.Result{}, true
+			}
+			if !ok {
+				p.endStep(step, ss, v1alpha1.StepSkipped, fmt.Sprintf("when is false: %s", step.When))
+				return reconcile.Result{}, true
+			}
+		}
+		now := metav1.NewTime(p.now)
+		ss.Phase, ss.StartTime, ss.Attempts = v1alpha1.StepRunning, &now, 1
+		if to := step.Spec.Timeout; to != nil && to.Duration > 0 {
+			d := metav1.NewTime(p.now.Add(to.Duration))
+			ss.Deadline = &d
+		}
+		p.note(false, ReasonStepStarted, "Step %s (%s) started", name, step.Kind)
+	}
+	if ss.Deadline != nil && !p.now.Before(ss.Deadline.Time) {
+		p.endStep(step, ss, v1alpha1.StepFailed, fmt.Sprintf("timed out after %s (%d attempts); last: %s", step.Spec.Timeout.Duration, ss.Attempts, ss.Message))
+		return reconcile.Result{}, true
+	}
+	if ss.RetryTime != nil {
+		if p.now.Before(ss.RetryTime.Time) {
+			return reconcile.Result{RequeueAfter: ss.RetryTime.Sub(p.now)}, false
+		}
+		ss.RetryTime = nil
+		ss.Attempts++
+	}
+	in := &steps.Input{Run: p.run, Status: ss.DeepCopy(), Vars: p.vars(ss), PolicyNamespace: p.run.Spec.PolicyRef.Namespace, Now: p.now}
+	if p.run.Spec.PolicyRef.Kind != policy.KindNamespaced {
+		in.PolicyNamespace = ""
+	}
+	result := step.Action.Execute(ctx, in)
+	if result.State != nil {
+		ss.State = result.State
+	}
+	if len(result.Outputs) > 0 {
+		if err := checkOutputs(result.Outputs); err != nil {
+			result = steps.Fail(false, "%v", err)
+		} else {
+			ss.Outputs = result.Outputs
+		}
+	}
+	switch result.Outcome {
+	case steps.Succeeded:
+		p.endStep(step, ss, v1alpha1.StepSucceeded, result.Message)
+		return reconcile.Result{}, true
+	case steps.InProgress:
+		ss.Message = result.Message
+		after := result.CheckAfter
+		if after <= 0 {
+			after = time.Second
+		}
+		next := metav1.NewTime(p.now.Add(after).Truncate(time.Second))
+		ss.NextCheckTime = &next
+		p.watch = result.Watch
+		return reconcile.Result{RequeueAfter: after}, false
+	}
+	p.e.metrics.stepFailures.WithLabelValues(p.policyLabel(), name).Inc()
+	if result.Retryable && ss.Attempts <= retryLimit(step) {
+		wait := result.RetryAfter
+		if wait <= 0 {
+			wait = backoff(step.Spec.Retry, ss.Attempts)
+		}
+		at := metav1.NewTime(p.now.Add(wait))
+		ss.RetryTime = &at
+		ss.NextCheckTime = &at
+		ss.Message = fmt.Sprintf("attempt %d failed: %s; retrying in %s", ss.Attempts, result.Message, wait.Round(time.Millisecond))
+		p.note(true, ReasonStepRetrying, "Step %s: %s", name, ss.Message)
+		return reconcile.Result{RequeueAfter: wait}, false
+	}
+	msg := result.Message
+	if ss.Attempts > 1 {
+		msg = fmt.Sprintf("%s (after %d attempts)", msg, ss.Attempts)
+	}
+	p.endStep(step, ss, v1alpha1.StepFailed, msg)
+	return reconcile.Result{}, true
+}
+
+// endStep gives a step its final phase and tells.
+func (p *pass) endStep(step *policy.Step, ss *v1alpha1.StepStatus, phase v1alpha1.StepPhase, msg string) {
+	now := metav1.NewTime(p.now)
+	ss.Phase, ss.Message, ss.CompletionTime, ss.NextCheckTime, ss.RetryTime = phase, msg, &now, nil, nil
+	name := step.Spec.Name
+	switch phase {
+	case v1alpha1.StepSucceeded:
+		p.note(false, ReasonStepSucceeded, "Step %s succeeded: %s", name, msg)
+	case v1alpha1.StepSkipped:
+		p.note(false, ReasonStepSkipped, "Step %s skipped: %s", name, msg)
+	case v1alpha1.StepFailed:
+		if step.Spec.OnFailure == v1alpha1.OnFailureContinue {
+			p.note(true, ReasonStepFailed, "Step %s failed, continuing (onFailure: Continue): %s", name, msg)
+		} else {
+			p.note(true, ReasonStepFailed, "Step %s failed: %s", name, msg)
+		}
+	}
+	if ss.StartTime != nil {
+		p.e.metrics.stepDuration.WithLabelValues(p.policyLabel(), name, string(phase)).Observe(p.now.Sub(ss.StartTime.Time).Seconds())
+	}
+}
+
+// failCurrent fails the step in progress, if any.
+func (p *pass) failCurrent(msg string) {
+	for i := range p.run.Status.Steps {
+		ss := &p.run.Status.Steps[i]
+		if ss.Phase == v1alpha1.StepRunning {
+			now := metav1.NewTime(p.now)
+			ss.Phase, ss.Message, ss.CompletionTime, ss.NextCheckTime, ss.RetryTime = v1alpha1.StepFailed, msg, &now, nil, nil
+		}
+	}
+}
+
+// skipRemaining marks every step not yet finished as Skipped.
+func (p *pass) skipRemaining(why string) {
+	for i := range p.run.Status.Steps {
+		ss := &p.run.Status.Steps[i]
+		if !ss.Phase.Finished() {
+			now := metav1.NewTime(p.now)
+			ss.Phase, ss.Message, ss.CompletionTime, ss.NextCheckTime, ss.RetryTime = v1alpha1.StepSkipped, "skipped: "+why, &now, nil, nil
+		}
+	}
+}
+
+func (p *pass) stepsDone() bool {
+	for _, ss := range p.run.Status.Steps {
+		if !ss.Phase.Finished() {
+			return false
+		}
+	}
+	return len(p.run.Status.Steps) > 0
+}
+
+// finish ends the run. The target's finalizer goes first and the status after, so a crash in
+// between repeats a harmless removal rather than recording a release that did not happen.
+func (p *pass) finish(ctx context.Context, phase v1alpha1.RunPhase, msg string) error {
+	st := &p.run.Status
+	release := phase != v1alpha1.RunFailed || p.run.Spec.Pipeline.FailurePolicy == v1alpha1.FailurePolicyRelease
+	if release && !st.Released {
+		if err := p.release(ctx); err != nil {
+			return err
+		}
+	}
+	now := metav1.NewTime(p.now)
+	st.Phase, st.Message, st.CompletionTime = phase, msg, &now
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionComplete, Status: metav1.ConditionTrue,
+		Reason: string(phase), Message: msg, ObservedGeneration: p.run.Generation})
+	switch phase {
+	case v1alpha1.RunSucceeded:
+		p.note(false, ReasonSucceeded, "Teardown succeeded; finalizer %s removed", p.run.Spec.Finalizer)
+	case v1alpha1.RunAbandoned:
+		p.note(true, ReasonAbandoned, "Teardown abandoned by %s; finalizer %s removed", st.AbandonedBy, p.run.Spec.Finalizer)
+	case v1alpha1.RunFailed:
+		if release {
+			p.note(true, ReasonFailed, "Teardown failed (%s); failurePolicy Release: finalizer %s removed", msg, p.run.Spec.Finalizer)
+		} else {
+			p.note(true, ReasonFailed, "Teardown failed (%s); failurePolicy Retain keeps the object: fix the cause and set annotation %s to release it", msg, AnnotationAbandon)
+		}
+	}
+	if st.StartTime != nil {
+		p.e.metrics.pipelineDuration.WithLabelValues(p.policyLabel(), string(phase)).Observe(p.now.Sub(st.StartTime.Time).Seconds())
+	}
+	return nil
+}
+
+func (p *pass) release(ctx context.Context) error {
+	t := p.run.Spec.Target
+	if _, err := p.e.removeFinalizer(ctx, p.tkey.GVK, t.Namespace, t.Name, t.UID, p.run.Spec.Finalizer); err != nil {
+		return fmt.Errorf("releasing %s: %w", p.tkey, err)
+	}
+	p.run.Status.Released = true
+	return nil
+}
+
+// afterFinish handles a finished run that still holds its target (failed under Retain): break
+// glass releases it; a target that went some other way is recorded.
+func (p *pass) afterFinish(ctx context.Context) (reconcile.Result, error) {
+	st := &p.run.Status
+	if st.Released {
+		return reconcile.Result{}, nil
+	}
+	if p.target == nil {
+		st.Released = true
+		st.Message += "; the target was deleted by someone else"
+		return reconcile.Result{}, nil
+	}
+	if who := p.breakGlass(); who != "" {
+		st.AbandonedBy = who
+		return reconcile.Result{}, p.finish(ctx, v1alpha1.RunAbandoned, "abandoned after failure by "+who)
+	}
+	return reconcile.Result{}, nil
+}
+
+// cleanUp lets go of a finished run: its own finalizer once the target is released, and the run
+// itself after the retention period.
+func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) (reconcile.Result, error) {
+	if !run.Status.Released {
+		return reconcile.Result{}, nil
+	}
+	if i := indexOf(run.Finalizers, FinalizerRun); i >= 0 {
+		gvk := v1alpha1.GroupVersion.WithKind("TeardownRun")
+		m := &metav1.PartialObjectMetadata{ObjectMeta: run.ObjectMeta}
+		kept := append(append([]string{}, run.Finalizers[:i]...), run.Finalizers[i+1:]...)
+		if err := r.writeFinalizers(ctx, gvk, m, kept); err != nil {
+			if apierrors.IsConflict(err) {
+				return reconcile.Result{Requeue: true}, nil
+			}
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+	if r.opts.RunRetention <= 0 || run.Status.CompletionTime == nil || run.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil
+	}
+	if left := run.Status.CompletionTime.Add(r.opts.RunRetention).Sub(time.Now()); left > 0 {
+		return reconcile.Result{RequeueAfter: left}, nil
+	}
+	return reconcile.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, run))
+}
+
+// commit writes the run status if the pass changed it. The patch is locked to the version read,
+// so a pass working from a stale cache cannot overwrite newer progress.
+func (r *runReconciler) commit(ctx context.Context, p *pass) error {
+	if equality.Semantic.DeepEqual(p.orig.Status, p.run.Status) {
+		return nil
+	}
+	return r.client.Status().Patch(ctx, p.run, client.MergeFromWithOptions(p.orig, client.MergeFromWithOptimisticLock{}))
+}
+
+// trackWatches makes lookups' kinds watched while a run waits on them, and unwatched after.
+func (r *runReconciler) trackWatches(req reconcile.Request, targets []steps.WatchTarget) {
+	consumer := "run:" + req.String()
+	for _, gvk := range r.lookups.set(req, targets) {
+		r.watches.Release(gvk, consumer)
+	}
+	for _, t := range targets {
+		if !r.watches.Held(t.GVK, consumer) {
+			if _, err := r.watches.Acquire(t.GVK, consumer); err != nil {
+				ctrl.Log.Info("cannot watch lookup kind; relying on the check interval", "kind", t.GVK.String(), "error", err.Error())
+			}
+		}
+	}
+}
+
+// note queues an event for the run and its target, emitted once the status is written.
+func (p *pass) note(warning bool, reason, format string, args ...any) {
+	p.events = append(p.events, passEvent{onTarget: true, ev: eventf(warning, reason, format, args...)})
+}
+
+func (p *pass) flushEvents(ctx context.Context) {
+	for _, pe := range p.events {
+		p.e.events.emit(ctx, p.run, nil, p.run.Namespace, pe.ev)
+		if pe.onTarget && p.target != nil {
+			p.e.events.emit(ctx, targetRef(p.tkey, p.target), p.run, p.tkey.Namespace, pe.ev)
+		}
+	}
+}
+
+// vars binds object, steps and run for one step's expressions.
+func (p *pass) vars(ss *v1alpha1.StepStatus) expr.Vars {
+	if p.object == nil {
+		p.object = map[string]any{}
+		if len(p.run.Spec.Object.Raw) > 0 {
+			_ = json.Unmarshal(p.run.Spec.Object.Raw, &p.object)
+		}
+	}
+	stepsVar := make(map[string]any, len(p.run.Status.Steps))
+	for _, s := range p.run.Status.Steps {
+		outputs := make(map[string]any, len(s.Outputs))
+		for k, v := range s.Outputs {
+			var x any
+			if json.Unmarshal(v.Raw, &x) == nil {
+				outputs[k] = x
+			}
+		}
+		stepsVar[s.Name] = map[string]any{"phase": string(s.Phase), "outputs": outputs, "message": s.Message}
+	}
+	return expr.Vars{
+		expr.VarObject: p.object,
+		expr.VarSteps:  stepsVar,
+		expr.VarRun: map[string]any{
+			"name": p.run.Name, "namespace": p.run.Namespace, "uid": string(p.run.UID),
+			"attempt": int64(ss.Attempts), "step": ss.Name,
+		},
+	}
+}
+
+func (p *pass) policyLabel() string {
+	ref := p.run.Spec.PolicyRef
+	return policy.Key{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}.String()
+}
+
+func (p *pass) capAtDeadline(res reconcile.Result) reconcile.Result {
+	if d := p.run.Status.Deadline; d != nil {
+		if left := d.Sub(p.now); res.RequeueAfter == 0 || left < res.RequeueAfter {
+			res.RequeueAfter = max(left, time.Millisecond)
+		}
+	}
+	return res
+}
+
+func retryLimit(step *policy.Step) int32 {
+	if step.Spec.Retry == nil {
+		return 0
+	}
+	return step.Spec.Retry.Limit
+}
+
+// backoff is the wait before the retry that follows attempt n (1-based): the initial backoff,
+// doubled per retry, capped.
+func backoff(rp *v1alpha1.RetryPolicy, n int32) time.Duration {
+	base, ceiling := DefaultBackoff, DefaultMaxBackoff
+	if rp != nil && rp.Backoff != nil {
+		base = rp.Backoff.Duration
+	}
+	if rp != nil && rp.MaxBackoff != nil {
+		ceiling = rp.MaxBackoff.Duration
+	}
+	d := base
+	for i := int32(1); i < n && d < ceiling; i++ {
+		d *= 2
+	}
+	return min(d, ceiling)
+}
+
+func checkOutputs(outputs map[string]apiextensionsv1.JSON) error {
+	size := 0
+	for k, v := range outputs {
+		size += len(k) + len(v.Raw)
+	}
+	if size > MaxOutputBytes {
+		return fmt.Errorf("outputs are %d bytes of JSON, over the limit of %d", size, MaxOutputBytes)
+	}
+	return nil
+}
+
+func indexOf(list []string, s string) int {
+	for i, x := range list {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,370 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/naming"
+	"github.com/teardown-dev/teardown-operator/engine/policy"
+)
+
+// targetReconciler keeps one object's teardown finalizers in line with the policies that select
+// it, and starts the runs of an object being deleted.
+type targetReconciler struct {
+	*Engine
+}
+
+// retryUnknownPolicy is how soon a finalizer of a policy the engine has not loaded yet is looked at
+// again (only at start-up, while policies are being compiled).
+const retryUnknownPolicy = 2 * time.Second
+
+func (r *targetReconciler) Reconcile(ctx context.Context, key TargetKey) (reconcile.Result, error) {
+	obj, ok := r.watches.Get(key.GVK, key.Namespace, key.Name)
+	if !ok {
+		return reconcile.Result{}, nil
+	}
+	if obj.DeletionTimestamp != nil {
+		return r.reconcileDeleting(ctx, key, obj)
+	}
+	return r.reconcileLive(ctx, key, obj)
+}
+
+// reconcileLive adds the finalizers of the policies that select the object and removes those of
+// policies that no longer do.
+func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata) (reconcile.Result, error) {
+	want, managed, err := r.desiredFinalizers(ctx, key, obj)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	var next []string
+	changed := false
+	for _, f := range obj.Finalizers {
+		drop := naming.IsOurs(f) && !want[f] && (managed[f] || r.orphaned(ctx, f, key.Namespace))
+		if drop {
+			changed = true
+			continue
+		}
+		next = append(next, f)
+	}
+	var added []string
+	for f := range want {
+		if !slices.Contains(obj.Finalizers, f) {
+			added = append(added, f)
+		}
+	}
+	sort.Strings(added)
+	if len(added) > 0 {
+		next = append(next, added...)
+		changed = true
+	}
+	if !changed {
+		return reconcile.Result{}, nil
+	}
+	if err := r.writeFinalizers(ctx, key.GVK, obj, next); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			// Someone else wrote the object, or it went: the informer brings the new version.
+			return reconcile.Result{Requeue: apierrors.IsConflict(err)}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("writing finalizers of %s: %w", key, err)
+	}
+	r.refreshPolicies(key, obj.Finalizers, next)
+	return reconcile.Result{}, nil
+}
+
+// desiredFinalizers returns the finalizers the object should carry (want) and those whose presence
+// the engine decides (managed); finalizers of policies that are invalid, still loading, or whose
+// CEL match failed to evaluate are left as they are.
+func (r *targetReconciler) desiredFinalizers(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata) (want, managed map[string]bool, err error) {
+	want, managed = map[string]bool{}, map[string]bool{}
+	var nsLabels map[string]string
+	var full map[string]any
+	for _, p := range r.registry.ForGVK(key.GVK) {
+		if !p.InScope(key.Namespace) {
+			continue
+		}
+		if p.Deleting && p.Key.Namespaced() && r.namespaceTerminating(ctx, p.Key.Namespace) {
+			// The whole namespace goes: its objects are about to be deleted and need the pipeline.
+			want[p.Finalizer] = slices.Contains(obj.Finalizers, p.Finalizer)
+			managed[p.Finalizer] = true
+			continue
+		}
+		managed[p.Finalizer] = true
+		if p.Suspended || p.Deleting {
+			continue
+		}
+		if p.NamespaceSelector != nil && key.Namespace != "" && nsLabels == nil {
+			ns, err := r.namespace(ctx, key.Namespace)
+			if err != nil {
+				return nil, nil, fmt.Errorf("reading namespace %s: %w", key.Namespace, err)
+			}
+			nsLabels = ns.Labels
+			if nsLabels == nil {
+				nsLabels = map[string]string{}
+			}
+		}
+		if !p.Selects(obj.Labels, nsLabels, key.Namespace != "") {
+			continue
+		}
+		if p.Match != nil {
+			if full == nil {
+				if full, err = r.readFull(ctx, key); err != nil {
+					return nil, nil, err
+				}
+				if full == nil {
+					return map[string]bool{}, map[string]bool{}, nil // gone
+				}
+			}
+			ok, err := p.MatchObject(ctx, full)
+			if err != nil {
+				ctrl.LoggerFrom(ctx).Info("CEL match failed; leaving finalizer as it is", "policy", p.Key.String(), "error", err.Error())
+				managed[p.Finalizer] = false
+				continue
+			}
+			if !ok {
+				continue
+			}
+		}
+		want[p.Finalizer] = true
+	}
+	return want, managed, nil
+}
+
+// orphaned reports whether a teardown finalizer belongs to no existing policy. A policy that
+// exists but is not compiled yet (start-up) keeps its finalizers.
+func (r *targetReconciler) orphaned(ctx context.Context, finalizer, ns string) bool {
+	if _, known := r.registry.ForFinalizer(finalizer, ns); known {
+		return false
+	}
+	var nsList v1alpha1.TeardownPolicyList
+	if ns != "" {
+		if err := r.client.List(ctx, &nsList, client.InNamespace(ns)); err != nil {
+			return false
+		}
+	}
+	for _, p := range nsList.Items {
+		if naming.Finalizer(policy.KindNamespaced, p.Name) == finalizer {
+			return false
+		}
+	}
+	var cl v1alpha1.ClusterTeardownPolicyList
+	if err := r.client.List(ctx, &cl); err != nil {
+		return false
+	}
+	for _, p := range cl.Items {
+		if naming.Finalizer(policy.KindCluster, p.Name) == finalizer {
+			return false
+		}
+	}
+	return true
+}
+
+// reconcileDeleting starts a run for each teardown finalizer on an object being deleted, or
+// releases the finalizer when there is nothing to run.
+func (r *targetReconciler) reconcileDeleting(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata) (reconcile.Result, error) {
+	runs := r.runsOfTarget(ctx, obj.UID)
+	var result reconcile.Result
+	for _, f := range obj.Finalizers {
+		if !naming.IsOurs(f) {
+			continue
+		}
+		if i := slices.IndexFunc(runs, func(run v1alpha1.TeardownRun) bool { return run.Spec.Finalizer == f }); i >= 0 {
+			r.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&runs[i])})
+			continue
+		}
+		res, err := r.startRun(ctx, key, obj, f)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		result = earliest(result, res)
+	}
+	return result, nil
+}
+
+func (r *targetReconciler) startRun(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, finalizer string) (reconcile.Result, error) {
+	pkey, known := r.registry.ForFinalizer(finalizer, key.Namespace)
+	if !known {
+		if !r.orphaned(ctx, finalizer, key.Namespace) {
+			return reconcile.Result{RequeueAfter: retryUnknownPolicy}, nil
+		}
+		return reconcile.Result{}, r.releaseWithoutRun(ctx, key, obj, finalizer, eventf(false, ReasonPolicyGone,
+			"Policy for finalizer %s no longer exists; nothing to run, finalizer removed", finalizer))
+	}
+	p := r.registry.Get(pkey)
+	switch {
+	case p == nil && obj.Annotations[AnnotationAbandon] != "":
+		return reconcile.Result{}, r.releaseWithoutRun(ctx, key, obj, finalizer, eventf(true, ReasonAbandoned,
+			"%s is invalid and %s is set (%q): finalizer removed without a run", pkey, AnnotationAbandon, obj.Annotations[AnnotationAbandon]))
+	case p == nil:
+		r.events.emit(ctx, targetRef(key, obj), nil, key.Namespace, eventf(true, ReasonPolicyInvalid,
+			"%s is invalid, so the teardown cannot start; fix the policy, or set annotation %s to release the object", pkey, AnnotationAbandon))
+		return reconcile.Result{RequeueAfter: time.Minute}, nil
+	case p.Pipeline == nil:
+		return reconcile.Result{}, r.releaseWithoutRun(ctx, key, obj, finalizer, eventf(true, ReasonPolicyGone,
+			"%s is being deleted and is invalid: nothing to run, finalizer removed", pkey))
+	case p.Suspended:
+		return reconcile.Result{}, r.releaseWithoutRun(ctx, key, obj, finalizer, eventf(false, ReasonAbandoned,
+			"%s is suspended: finalizer removed without a run", pkey))
+	}
+	return reconcile.Result{}, r.createRun(ctx, key, obj, p)
+}
+
+func (r *targetReconciler) releaseWithoutRun(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, finalizer string, ev runEvent) error {
+	if _, err := r.removeFinalizer(ctx, key.GVK, key.Namespace, key.Name, obj.UID, finalizer); err != nil {
+		return err
+	}
+	r.events.emit(ctx, targetRef(key, obj), nil, key.Namespace, ev)
+	return nil
+}
+
+// createRun creates the TeardownRun for this deletion. Its name is derived from the policy and
+// the target's UID, so a repeat finds the run already there. It goes in the target's namespace
+// unless the target is cluster-scoped or its namespace is being deleted (where nothing can be
+// created); then it goes in the run namespace, labelled with the target.
+func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, p *policy.Compiled) error {
+	full, err := r.readFull(ctx, key)
+	if err != nil || full == nil {
+		return err
+	}
+	snapshot, err := snapshotOf(full, key)
+	if err != nil {
+		return err
+	}
+	run := &v1alpha1.TeardownRun{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:       naming.RunName(p.Key.Kind, p.Key.Namespace, p.Key.Name, key.Name, obj.UID),
+			Namespace:  key.Namespace,
+			Finalizers: []string{FinalizerRun},
+			Labels: map[string]string{
+				LabelPolicyKind:      p.Key.Kind,
+				LabelPolicy:          naming.LabelValue(p.Key.Name),
+				LabelTargetUID:       string(obj.UID),
+				LabelTargetKind:      naming.LabelValue(key.GVK.Kind),
+				LabelTargetName:      naming.LabelValue(key.Name),
+				LabelTargetNamespace: key.Namespace,
+			},
+		},
+		Spec: v1alpha1.TeardownRunSpec{
+			PolicyRef: v1alpha1.PolicyReference{Kind: p.Key.Kind, Namespace: p.Key.Namespace, Name: p.Key.Name, UID: p.UID, Generation: p.Generation},
+			Target: v1alpha1.TargetObjectReference{APIVersion: key.GVK.GroupVersion().String(), Kind: key.GVK.Kind,
+				Namespace: key.Namespace, Name: key.Name, UID: obj.UID},
+			Finalizer: p.Finalizer,
+			Pipeline:  *p.Spec.Pipeline.DeepCopy(),
+			Object:    runtime.RawExtension{Raw: snapshot},
+		},
+	}
+	if p.Key.Namespaced() {
+		run.Labels[LabelPolicyNamespace] = p.Key.Namespace
+	}
+	if key.Namespace == "" || r.namespaceTerminating(ctx, key.Namespace) {
+		// A run may already exist in the target's namespace from before its deletion began.
+		if key.Namespace != "" {
+			existing := &v1alpha1.TeardownRun{}
+			if err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: run.Name}, existing); err == nil {
+				r.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(existing)})
+				return nil
+			}
+		}
+		run.Namespace = r.opts.RunNamespace
+	}
+	err = r.client.Create(ctx, run)
+	if apierrors.HasStatusCause(err, "NamespaceTerminating") && run.Namespace != r.opts.RunNamespace {
+		run.Namespace = r.opts.RunNamespace
+		run.ResourceVersion = ""
+		err = r.client.Create(ctx, run)
+	}
+	switch {
+	case apierrors.IsAlreadyExists(err):
+	case err != nil:
+		return fmt.Errorf("creating run for %s: %w", key, err)
+	default:
+		r.events.emit(ctx, targetRef(key, obj), run, key.Namespace, eventf(false, ReasonRunCreated,
+			"Deletion held by %s until TeardownRun %s/%s completes", p.Key, run.Namespace, run.Name))
+	}
+	r.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
+	return nil
+}
+
+// readFull reads the whole object from the API server; nil means it is gone.
+func (r *targetReconciler) readFull(ctx context.Context, key TargetKey) (map[string]any, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(key.GVK)
+	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, u); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading %s: %w", key, err)
+	}
+	return u.Object, nil
+}
+
+// snapshotOf encodes the object for the run, without managed fields and without a Secret's data.
+func snapshotOf(obj map[string]any, key TargetKey) ([]byte, error) {
+	u := &unstructured.Unstructured{Object: obj}
+	u.SetManagedFields(nil)
+	if key.GVK.Group == "" && key.GVK.Kind == "Secret" {
+		delete(u.Object, "data")
+		delete(u.Object, "stringData")
+	}
+	return json.Marshal(u.Object)
+}
+
+// targetRef is an object events can be recorded on.
+func targetRef(key TargetKey, obj metav1.Object) runtime.Object {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(key.GVK)
+	m.SetNamespace(key.Namespace)
+	m.SetName(key.Name)
+	m.SetUID(obj.GetUID())
+	m.SetResourceVersion(obj.GetResourceVersion())
+	return m
+}
+
+// refreshPolicies asks the policies whose finalizers changed on an object to recount, folded into
+// one status update per policy per second however many objects changed.
+func (r *targetReconciler) refreshPolicies(key TargetKey, before, after []string) {
+	for _, f := range symmetricDiff(before, after) {
+		if !naming.IsOurs(f) {
+			continue
+		}
+		if pkey, ok := r.registry.ForFinalizer(f, key.Namespace); ok {
+			r.policies[pkey.Kind].AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pkey.Namespace, Name: pkey.Name}}, time.Second)
+		}
+	}
+}
+
+func symmetricDiff(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	for _, x := range b {
+		if !slices.Contains(a, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// earliest combines two results, keeping the sooner requeue.
+func earliest(a, b reconcile.Result) reconcile.Result {
+	if a.RequeueAfter == 0 || (b.RequeueAfter > 0 && b.RequeueAfter < a.RequeueAfter) {
+		a.RequeueAfter = b.RequeueAfter
+	}
+	return a
+}

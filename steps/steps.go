@@ -1,0 +1,144 @@
+// Package steps defines the one interface every kind of teardown step implements (wait, http,
+// job), and the registry the engine finds them in. The engine owns everything common to all
+// kinds: guards, attempts, retries with backoff, timeouts, onFailure and status; a kind only
+// compiles its own fields and performs one bounded action per call.
+package steps
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/expr"
+)
+
+// Kind is one kind of step. Implementations are stateless and safe for concurrent use.
+type Kind interface {
+	// Name is the step field that selects this kind, for example "wait".
+	Name() string
+	// Configured reports whether step uses this kind.
+	Configured(step *v1alpha1.Step) bool
+	// Compile checks and compiles the kind's fields once per policy generation. Errors name
+	// fields under path (the step's path, such as spec.steps[2]).
+	Compile(cc CompileContext, step *v1alpha1.Step, path *field.Path) (Action, field.ErrorList)
+}
+
+// CompileContext is what a kind may use while compiling.
+type CompileContext struct {
+	// Env is the shared CEL environment (object, steps, run).
+	Env *expr.Env
+	// Namespaced is true for a TeardownPolicy, whose steps may act only in its own namespace.
+	Namespaced bool
+}
+
+// Action is a compiled step, ready to execute.
+type Action interface {
+	// Execute performs at most one bounded action (one request, one create, one check) and
+	// reports where the step stands. It must not sleep or loop waiting: to be called again later
+	// it returns InProgress with CheckAfter.
+	Execute(ctx context.Context, in *Input) Result
+}
+
+// Input is what one execution sees. It must be treated as read-only.
+type Input struct {
+	Run *v1alpha1.TeardownRun
+	// Status is the step's status so far, State included.
+	Status *v1alpha1.StepStatus
+	// Vars binds object, steps and run for expressions.
+	Vars expr.Vars
+	// PolicyNamespace is the namespace of a TeardownPolicy; empty for a ClusterTeardownPolicy.
+	PolicyNamespace string
+	Now             time.Time
+}
+
+// Namespaced reports whether the step runs for a namespaced policy.
+func (in *Input) Namespaced() bool { return in.PolicyNamespace != "" }
+
+// Outcome is where a step stands after one execution.
+type Outcome int
+
+const (
+	// InProgress: call again after CheckAfter, or when a watched object changes.
+	InProgress Outcome = iota
+	// Succeeded: the step is done.
+	Succeeded
+	// Failed: the attempt failed; Retryable says whether another attempt may help.
+	Failed
+)
+
+// Result reports one execution.
+type Result struct {
+	Outcome Outcome
+	// Message says in words what happened; it is shown in the run status.
+	Message string
+	// Retryable marks a failure as transient: the engine retries within the step's retry limit.
+	Retryable bool
+	// RetryAfter, when set, replaces the backoff before the next attempt (for example Retry-After).
+	RetryAfter time.Duration
+	// CheckAfter is when an InProgress step wants to be executed again.
+	CheckAfter time.Duration
+	// Outputs are stored in the step status, for later steps as steps.<name>.outputs.
+	Outputs map[string]apiextensionsv1.JSON
+	// State, when not nil, replaces the step's State.
+	State map[string]string
+	// Watch lists objects whose changes should execute an InProgress step again at once.
+	Watch []WatchTarget
+}
+
+// WatchTarget is a kind of object, in one namespace or (empty) all, that a step depends on.
+type WatchTarget struct {
+	GVK       schema.GroupVersionKind
+	Namespace string
+}
+
+// Registry holds the kinds the engine knows.
+type Registry []Kind
+
+// Find returns the kind step uses, or an error when it uses none or several.
+func (r Registry) Find(step *v1alpha1.Step) (Kind, error) {
+	var found Kind
+	for _, k := range r {
+		if !k.Configured(step) {
+			continue
+		}
+		if found != nil {
+			return nil, fmt.Errorf("sets both %s and %s; set exactly one step kind", found.Name(), k.Name())
+		}
+		found = k
+	}
+	if found == nil {
+		return nil, fmt.Errorf("sets no step kind; set exactly one of %s", r.names())
+	}
+	return found, nil
+}
+
+func (r Registry) names() string {
+	s := ""
+	for i, k := range r {
+		if i > 0 {
+			s += ", "
+		}
+		s += k.Name()
+	}
+	return s
+}
+
+// Done is a Result for a step that succeeded.
+func Done(format string, args ...any) Result {
+	return Result{Outcome: Succeeded, Message: fmt.Sprintf(format, args...)}
+}
+
+// Waiting is a Result for a step to look at again after d.
+func Waiting(d time.Duration, format string, args ...any) Result {
+	return Result{Outcome: InProgress, CheckAfter: d, Message: fmt.Sprintf(format, args...)}
+}
+
+// Fail is a Result for a failed attempt.
+func Fail(retryable bool, format string, args ...any) Result {
+	return Result{Outcome: Failed, Retryable: retryable, Message: fmt.Sprintf(format, args...)}
+}
