@@ -20,7 +20,6 @@ const (
 	ReasonSucceeded        = "TeardownSucceeded"
 	ReasonFailed           = "TeardownFailed"
 	ReasonAbandoned        = "TeardownAbandoned"
-	ReasonReleased         = "FinalizerRemoved"
 	ReasonPolicyInvalid    = "PolicyInvalid"
 	ReasonPolicyGone       = "PolicyGone"
 	ReasonTargetVanished   = "TargetVanished"

@@ -237,7 +237,7 @@ func (r *policyReconciler) writeStatus(ctx context.Context, v policy.View, cache
 		}
 		active, stuck := 0, 0
 		for _, run := range runs {
-			unfinished := !run.Status.Phase.Finished() || !run.Status.Released
+			unfinished := !run.Status.Phase.Finished() || !run.Status.Phase.Releases(run.Spec.Pipeline.FailurePolicy)
 			if !run.Status.Phase.Finished() {
 				active++
 			}
@@ -286,7 +286,7 @@ func (r *policyReconciler) countProtected(gvk schema.GroupVersionKind, key polic
 func (r *policyReconciler) enqueueRuns(ctx context.Context, key policy.Key) {
 	runs, _ := r.runsOfPolicy(ctx, key)
 	for i := range runs {
-		if !runs[i].Status.Phase.Finished() || !runs[i].Status.Released {
+		if !runs[i].Status.Phase.Finished() || slices.Contains(runs[i].Finalizers, FinalizerRun) {
 			r.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&runs[i])})
 		}
 	}

@@ -52,7 +52,7 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	}
 	var res reconcile.Result
 	if cached.Status.Phase.Finished() {
-		res, err = p.afterFinish(ctx)
+		p.afterFinish()
 	} else {
 		res, err = p.advance(ctx)
 	}
@@ -122,32 +122,38 @@ func (p *pass) advance(ctx context.Context) (reconcile.Result, error) {
 		p.start()
 	}
 	if who := p.breakGlass(); who != "" {
-		return reconcile.Result{}, p.abandon(ctx, who)
+		p.abandon(who)
+		return reconcile.Result{}, nil
 	}
 	pipe, err := p.e.compiler.PipelineForRun(p.run)
 	if err != nil {
-		return reconcile.Result{}, p.finish(ctx, v1alpha1.RunFailed, fmt.Sprintf("pipeline cannot be compiled: %v", err))
+		p.finish(v1alpha1.RunFailed, fmt.Sprintf("pipeline cannot be compiled: %v", err))
+		return reconcile.Result{}, nil
 	}
 	p.pipe = pipe
 	if p.target == nil && !p.stepsDone() {
 		st.AbandonedBy = "the target was deleted without this run: its finalizer was removed by someone else"
 		p.skipRemaining("the target is gone")
-		return reconcile.Result{}, p.finish(ctx, v1alpha1.RunAbandoned, "target vanished before the pipeline finished")
+		p.finish(v1alpha1.RunAbandoned, "target vanished before the pipeline finished")
+		return reconcile.Result{}, nil
 	}
 	if st.Deadline != nil && !p.now.Before(st.Deadline.Time) {
 		p.failCurrent(fmt.Sprintf("pipeline timed out after %s", p.run.Spec.Pipeline.Timeout.Duration))
 		p.skipRemaining("the pipeline timed out")
 		p.note(true, ReasonPipelineTimedOut, "Pipeline timed out after %s", p.run.Spec.Pipeline.Timeout.Duration)
-		return reconcile.Result{}, p.finish(ctx, v1alpha1.RunFailed, "pipeline timed out")
+		p.finish(v1alpha1.RunFailed, "pipeline timed out")
+		return reconcile.Result{}, nil
 	}
 	res, failed := p.runSteps(ctx)
 	if !p.stepsDone() {
 		return p.capAtDeadline(res), nil
 	}
 	if failed != "" {
-		return reconcile.Result{}, p.finish(ctx, v1alpha1.RunFailed, fmt.Sprintf("step %s failed", failed))
+		p.finish(v1alpha1.RunFailed, fmt.Sprintf("step %s failed", failed))
+	} else {
+		p.finish(v1alpha1.RunSucceeded, "all steps done")
 	}
-	return reconcile.Result{}, p.finish(ctx, v1alpha1.RunSucceeded, "all steps done")
+	return reconcile.Result{}, nil
 }
 
 func (p *pass) start() {
@@ -189,10 +195,10 @@ func (p *pass) breakGlass() string {
 	return ""
 }
 
-func (p *pass) abandon(ctx context.Context, who string) error {
+func (p *pass) abandon(who string) {
 	p.run.Status.AbandonedBy = who
 	p.skipRemaining("abandoned: " + who)
-	return p.finish(ctx, v1alpha1.RunAbandoned, "abandoned by "+who)
+	p.finish(v1alpha1.RunAbandoned, "abandoned by "+who)
 }
 
 // runSteps executes steps in order until one must wait or the pipeline ends. It returns when to
@@ -282,6 +288,7 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 		if after <= 0 {
 			after = time.Second
 		}
+		after = capAt(after, p.now, ss.Deadline)
 		next := metav1.NewTime(p.now.Add(after).Truncate(time.Second))
 		ss.NextCheckTime = &next
 		p.watch = result.Watch
@@ -298,7 +305,7 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 		ss.NextCheckTime = &at
 		ss.Message = fmt.Sprintf("attempt %d failed: %s; retrying in %s", ss.Attempts, result.Message, wait.Round(time.Millisecond))
 		p.note(true, ReasonStepRetrying, "Step %s: %s", name, ss.Message)
-		return reconcile.Result{RequeueAfter: wait}, false
+		return reconcile.Result{RequeueAfter: capAt(wait, p.now, ss.Deadline)}, false
 	}
 	msg := result.Message
 	if ss.Attempts > 1 {
@@ -361,16 +368,12 @@ func (p *pass) stepsDone() bool {
 	return len(p.run.Status.Steps) > 0
 }
 
-// finish ends the run. The target's finalizer goes first and the status after, so a crash in
-// between repeats a harmless removal rather than recording a release that did not happen.
-func (p *pass) finish(ctx context.Context, phase v1alpha1.RunPhase, msg string) error {
+// finish ends the run. The target is released after the final status is written (see
+// runReconciler.cleanUp): a crash in between leaves a finished run that still holds its own
+// finalizer, and the next reconcile completes the release.
+func (p *pass) finish(phase v1alpha1.RunPhase, msg string) {
 	st := &p.run.Status
-	release := phase != v1alpha1.RunFailed || p.run.Spec.Pipeline.FailurePolicy == v1alpha1.FailurePolicyRelease
-	if release && !st.Released {
-		if err := p.release(ctx); err != nil {
-			return err
-		}
-	}
+	release := phase.Releases(p.run.Spec.Pipeline.FailurePolicy)
 	now := metav1.NewTime(p.now)
 	st.Phase, st.Message, st.CompletionTime = phase, msg, &now
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionComplete, Status: metav1.ConditionTrue,
@@ -390,44 +393,34 @@ func (p *pass) finish(ctx context.Context, phase v1alpha1.RunPhase, msg string) 
 	if st.StartTime != nil {
 		p.e.metrics.pipelineDuration.WithLabelValues(p.policyLabel(), string(phase)).Observe(p.now.Sub(st.StartTime.Time).Seconds())
 	}
-	return nil
 }
 
-func (p *pass) release(ctx context.Context) error {
-	t := p.run.Spec.Target
-	if _, err := p.e.removeFinalizer(ctx, p.tkey.GVK, t.Namespace, t.Name, t.UID, p.run.Spec.Finalizer); err != nil {
-		return fmt.Errorf("releasing %s: %w", p.tkey, err)
-	}
-	p.run.Status.Released = true
-	return nil
-}
-
-// afterFinish handles a finished run that still holds its target (failed under Retain): break
-// glass releases it; a target that went some other way is recorded.
-func (p *pass) afterFinish(ctx context.Context) (reconcile.Result, error) {
+// afterFinish handles a finished run that retains its target (failed under Retain): break glass
+// releases it.
+func (p *pass) afterFinish() {
 	st := &p.run.Status
-	if st.Released {
-		return reconcile.Result{}, nil
-	}
-	if p.target == nil {
-		st.Released = true
-		st.Message += "; the target was deleted by someone else"
-		return reconcile.Result{}, nil
+	if st.Phase.Releases(p.run.Spec.Pipeline.FailurePolicy) || p.target == nil {
+		return
 	}
 	if who := p.breakGlass(); who != "" {
 		st.AbandonedBy = who
-		return reconcile.Result{}, p.finish(ctx, v1alpha1.RunAbandoned, "abandoned after failure by "+who)
+		p.finish(v1alpha1.RunAbandoned, "abandoned after failure by "+who)
 	}
-	return reconcile.Result{}, nil
 }
 
-// cleanUp lets go of a finished run: its own finalizer once the target is released, and the run
-// itself after the retention period.
+// cleanUp lets go of a finished run: it removes the finalizer from the target (if the outcome
+// releases it), then its own finalizer, and deletes the run after the retention period. The run's
+// own finalizer marks a release still to do, so a crash anywhere here is completed next time.
 func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) (reconcile.Result, error) {
-	if !run.Status.Released {
+	if !run.Status.Phase.Releases(run.Spec.Pipeline.FailurePolicy) {
 		return reconcile.Result{}, nil
 	}
 	if i := indexOf(run.Finalizers, FinalizerRun); i >= 0 {
+		t := run.Spec.Target
+		gv, _ := schema.ParseGroupVersion(t.APIVersion)
+		if _, err := r.removeFinalizer(ctx, gv.WithKind(t.Kind), t.Namespace, t.Name, t.UID, run.Spec.Finalizer); err != nil && !meta.IsNoMatchError(err) {
+			return reconcile.Result{}, fmt.Errorf("releasing %s %s/%s: %w", t.Kind, t.Namespace, t.Name, err)
+		}
 		gvk := v1alpha1.GroupVersion.WithKind("TeardownRun")
 		m := &metav1.PartialObjectMetadata{ObjectMeta: run.ObjectMeta}
 		kept := append(append([]string{}, run.Finalizers[:i]...), run.Finalizers[i+1:]...)
@@ -526,6 +519,16 @@ func (p *pass) capAtDeadline(res reconcile.Result) reconcile.Result {
 		}
 	}
 	return res
+}
+
+// capAt shortens d so that a wait ends no later than deadline.
+func capAt(d time.Duration, now time.Time, deadline *metav1.Time) time.Duration {
+	if deadline != nil {
+		if left := deadline.Sub(now); left < d {
+			return max(left, time.Millisecond)
+		}
+	}
+	return d
 }
 
 func retryLimit(step *policy.Step) int32 {

@@ -25,6 +25,11 @@ func (p RunPhase) Finished() bool {
 	return p == RunSucceeded || p == RunFailed || p == RunAbandoned
 }
 
+// Releases reports whether a run that ended in this phase lets its target go.
+func (p RunPhase) Releases(fp FailurePolicy) bool {
+	return p == RunSucceeded || p == RunAbandoned || p == RunFailed && fp == FailurePolicyRelease
+}
+
 // StepPhase is where one step stands.
 // +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Skipped
 type StepPhase string
@@ -141,9 +146,6 @@ type TeardownRunStatus struct {
 	// message sums up the run's outcome.
 	// +optional
 	Message string `json:"message,omitempty"`
-	// released is true once the run removed its finalizer from the target.
-	// +optional
-	Released bool `json:"released,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type
