@@ -36,7 +36,18 @@ mkdir -p "$KWOK_WORKDIR"
 KWOK_WORKDIR=$(cd "$KWOK_WORKDIR" && pwd)
 # kwokctl looks up kubectl on PATH before it would try to download one: make it find ours.
 export PATH=$BIN_DIR:$PATH
-kwokctl() { "$BIN_DIR/kwokctl" --name "$CLUSTER_NAME" "$@" >&2; }
+# kwokctl starts the components as daemons that inherit every open fd without close-on-exec; close all
+# fds above 2 (e.g. our saved stdout, which may be the pipe of a `KUBECONFIG=$(up.sh)` command
+# substitution that would otherwise never see EOF) before running it.
+kwokctl() {
+  (
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      if [ "$fd" -gt 2 ]; then eval "exec $fd>&-"; fi
+    done 2>/dev/null
+    exec "$BIN_DIR/kwokctl" --name "$CLUSTER_NAME" "$@" </dev/null >&2
+  )
+}
 kubectl() { "$BIN_DIR/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 
 state=$KWOK_WORKDIR/$CLUSTER_NAME

@@ -1,0 +1,177 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine"
+)
+
+var _ = Describe("Safety", func() {
+	ctx := context.Background()
+
+	It("never drops another controller's finalizers while both write the same objects", func() {
+		ns := newNamespace(ctx)
+		// Few objects and several writers, so that the operator's writes race the others'.
+		const n, writers = 5, 4
+		var cms []*corev1.ConfigMap
+		for i := range n {
+			cm := configMap(ns, fmt.Sprintf("cm-%d", i), map[string]string{"app": "shared"})
+			Expect(k8s.Create(ctx, cm)).To(Succeed())
+			cms = append(cms, cm)
+		}
+
+		// Each writer adds finalizers of its own with fresh names, and removes them, with ordinary
+		// updates guarded by resourceVersion, as most controllers do. It keeps its own record of
+		// what it wrote and never re-adds a finalizer it believes is there, so a finalizer the
+		// operator drops stays dropped and shows at the end.
+		var mu sync.Mutex
+		want := map[string][]string{} // "<object>/<writer>" -> its finalizers on that object
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer GinkgoRecover()
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(uint64(w), 7))
+				for seq := 0; ; seq++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					cm := &corev1.ConfigMap{}
+					name := cms[rng.IntN(n)].Name
+					if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cm); err != nil {
+						continue
+					}
+					key := fmt.Sprintf("%s/%d", name, w)
+					mu.Lock()
+					mine := slices.Clone(want[key])
+					mu.Unlock()
+					fs := slices.Clone(cm.Finalizers)
+					if len(mine) >= 3 || len(mine) > 0 && rng.IntN(2) == 0 {
+						gone := mine[0]
+						mine = mine[1:]
+						fs = slices.DeleteFunc(fs, func(f string) bool { return f == gone })
+					} else {
+						f := fmt.Sprintf("other.example.com/w%d-%d", w, seq)
+						mine = append(mine, f)
+						fs = append(fs, f)
+					}
+					cm.Finalizers = fs
+					err := k8s.Update(ctx, cm)
+					if err == nil {
+						mu.Lock()
+						want[key] = mine
+						mu.Unlock()
+					} else if !apierrors.IsConflict(err) {
+						Fail("other writer: " + err.Error())
+					}
+				}
+			}()
+		}
+
+		p := namespacedPolicy(ns, "shared", waitStep("a", 0))
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		expectReady(ctx, p, metav1.ConditionTrue)
+		By("suspending and resuming the policy repeatedly while the others keep writing")
+		for i := range 12 {
+			time.Sleep(300 * time.Millisecond)
+			update(ctx, p, func(p *v1alpha1.TeardownPolicy) { p.Spec.Suspend = i%2 == 0 })
+		}
+		time.Sleep(time.Second)
+		close(stop)
+		wg.Wait()
+
+		for _, cm := range cms {
+			Eventually(finalizers(ctx, cm), 10*time.Second).Should(ContainElement(finalizerOf(p)), cm.Name)
+			fs := finalizers(ctx, cm)()
+			var others []string
+			for _, f := range fs {
+				if f != finalizerOf(p) {
+					others = append(others, f)
+				}
+			}
+			mu.Lock()
+			var expected []string
+			for w := range writers {
+				expected = append(expected, want[fmt.Sprintf("%s/%d", cm.Name, w)]...)
+			}
+			mu.Unlock()
+			Expect(others).To(ConsistOf(expected), "%s: the other writers' finalizers changed behind their backs", cm.Name)
+			Expect(fs).To(HaveLen(len(slices.Compact(slices.Sorted(slices.Values(fs))))), "duplicate finalizers on %s", cm.Name)
+		}
+		for _, cm := range cms {
+			update(ctx, cm, func(c *corev1.ConfigMap) {
+				c.Finalizers = slices.DeleteFunc(c.Finalizers, func(f string) bool { return f != finalizerOf(p) })
+			})
+		}
+	})
+
+	It("never adds a finalizer to an object that is already being deleted", func() {
+		ns := newNamespace(ctx)
+		cm := configMap(ns, "leaving", map[string]string{"app": "late"})
+		cm.Finalizers = []string{"other.example.com/hold"}
+		Expect(k8s.Create(ctx, cm)).To(Succeed())
+		Expect(k8s.Delete(ctx, cm)).To(Succeed())
+		p := namespacedPolicy(ns, "late", waitStep("a", 0))
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		expectReady(ctx, p, metav1.ConditionTrue)
+		Consistently(finalizers(ctx, cm), 2*time.Second).Should(Equal([]string{"other.example.com/hold"}))
+		Expect(runFor(ctx, cm)()).To(BeNil())
+		update(ctx, cm, func(c *corev1.ConfigMap) { c.Finalizers = nil })
+		Eventually(gone(ctx, cm), 5*time.Second).Should(BeTrue())
+	})
+
+	It("resumes at the same step after an operator restart, without repeating finished steps", Serial, func() {
+		ns := newNamespace(ctx)
+		p := namespacedPolicy(ns, "restart", waitStep("first", time.Second), waitStep("second", 4*time.Second), waitStep("third", 0))
+		cm := protect(ctx, p, "target")
+		Expect(k8s.Delete(ctx, cm)).To(Succeed())
+		Eventually(stepPhase(ctx, cm, "second"), 10*time.Second).Should(Equal(v1alpha1.StepRunning))
+		before := runFor(ctx, cm)()
+		first, second := before.Status.Step("first").DeepCopy(), before.Status.Step("second").DeepCopy()
+
+		By("stopping the operator mid-step")
+		stopOperator()
+		stoppedAt := time.Now()
+		time.Sleep(2 * time.Second)
+		Expect(gone(ctx, cm)()).To(BeFalse())
+		Expect(runFor(ctx, cm)().Status).To(Equal(before.Status), "nothing may move while the operator is down")
+
+		By("starting a new operator")
+		stopOperator = startOperator()
+		Eventually(gone(ctx, cm), 15*time.Second).Should(BeTrue())
+		after := runFor(ctx, cm)()
+		Expect(after.Status.Phase).To(Equal(v1alpha1.RunSucceeded))
+		Expect(after.Status.Step("first").CompletionTime).To(Equal(first.CompletionTime), "a finished step must not run again")
+		Expect(after.Status.Step("first").Attempts).To(Equal(first.Attempts))
+		Expect(after.Status.Step("second").StartTime).To(Equal(second.StartTime), "the running step resumes; it does not start over")
+		Expect(after.Status.Step("second").Attempts).To(Equal(int32(1)))
+		// The 4s wait counts from the step's recorded start, across the restart.
+		elapsed := after.Status.Step("second").CompletionTime.Sub(second.StartTime.Time)
+		Expect(elapsed).To(BeNumerically(">=", 3*time.Second))
+		Expect(elapsed).To(BeNumerically("<", 4*time.Second+time.Since(stoppedAt)))
+		var started int
+		for _, r := range eventReasons(ctx, after)() {
+			if r == engine.ReasonStepStarted {
+				started++
+			}
+		}
+		Expect(started).To(Equal(3), "each step starts exactly once")
+	})
+})
