@@ -54,8 +54,8 @@ type PolicyReference struct {
 	Kind string `json:"kind"`
 	// namespace of a TeardownPolicy; empty for a ClusterTeardownPolicy.
 	// +optional
-	Namespace string `json:"namespace,omitempty"`
-	Name      string `json:"name"`
+	Namespace string    `json:"namespace,omitempty"`
+	Name      string    `json:"name"`
 	UID       types.UID `json:"uid"`
 	// generation of the policy whose pipeline the run copied.
 	Generation int64 `json:"generation"`

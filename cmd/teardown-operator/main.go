@@ -30,11 +30,11 @@ func main() {
 func run() error {
 	var (
 		metricsAddr, probeAddr, leaderNS, runNS string
-		leaderElect                            bool
-		targetWorkers, runWorkers              int
-		retention, stuckAfter, resync          time.Duration
-		qps                                    float64
-		burst                                  int
+		leaderElect                             bool
+		targetWorkers, runWorkers               int
+		retention, stuckAfter, resync           time.Duration
+		qps                                     float64
+		burst                                   int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
@@ -109,4 +109,3 @@ func envOr(name, def string) string {
 	}
 	return def
 }
-

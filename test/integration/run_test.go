@@ -91,7 +91,9 @@ var _ = Describe("Runs", func() {
 		Expect(eventReasons(ctx, run)()).To(ContainElement(engine.ReasonFailed))
 
 		By("breaking glass on the failed run")
-		update(ctx, cm, func(c *corev1.ConfigMap) { c.Annotations = map[string]string{engine.AnnotationAbandon: "alice: snapshot verified by hand"} })
+		update(ctx, cm, func(c *corev1.ConfigMap) {
+			c.Annotations = map[string]string{engine.AnnotationAbandon: "alice: snapshot verified by hand"}
+		})
 		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
 		run = runFor(ctx, cm)()
 		Expect(run.Status.Phase).To(Equal(v1alpha1.RunAbandoned))
@@ -165,7 +167,9 @@ var _ = Describe("Runs", func() {
 		cm := protect(ctx, p, "target")
 		Expect(k8s.Delete(ctx, cm)).To(Succeed())
 		Eventually(stepPhase(ctx, cm, "forever"), 10*time.Second).Should(Equal(v1alpha1.StepRunning))
-		update(ctx, cm, func(c *corev1.ConfigMap) { c.Annotations = map[string]string{engine.AnnotationAbandon: "oncall: INC-42"} })
+		update(ctx, cm, func(c *corev1.ConfigMap) {
+			c.Annotations = map[string]string{engine.AnnotationAbandon: "oncall: INC-42"}
+		})
 		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
 		run := runFor(ctx, cm)()
 		Expect(run.Status.Phase).To(Equal(v1alpha1.RunAbandoned))
