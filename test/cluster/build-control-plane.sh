@@ -21,9 +21,17 @@ log() { printf '[control-plane] %s\n' "$*" >&2; }
 stamp() { printf '%s' "$2" >"$bin/.$1.version"; }
 fresh() { [ -x "$bin/$1" ] && [ "$(cat "$bin/.$1.version" 2>/dev/null)" = "$2" ]; }
 
+# The version the binaries report is stamped at link time, as Kubernetes' own build does; without
+# it they say v0.0.0-master and clients that parse the server version fail.
+kube_stamp="$KUBE_VERSION+ldflags"
+kube_minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
+kube_ldflags=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  kube_ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$kube_minor -X $pkg.gitTreeState=clean"
+done
 kube_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 need_kube=()
-for b in "${kube_bins[@]}"; do fresh "$b" "$KUBE_VERSION" || need_kube+=("$b"); done
+for b in "${kube_bins[@]}"; do fresh "$b" "$kube_stamp" || need_kube+=("$b"); done
 if [ ${#need_kube[@]} -gt 0 ]; then
   log "building ${need_kube[*]} $KUBE_VERSION (first build takes several minutes)"
   mod=$work/kube
@@ -53,8 +61,8 @@ GO
   go mod download
   for b in "${need_kube[@]}"; do
     log "go build $b"
-    CGO_ENABLED=0 go build -trimpath -tags tools -o "$bin/$b" "k8s.io/kubernetes/cmd/$b"
-    stamp "$b" "$KUBE_VERSION"
+    CGO_ENABLED=0 go build -trimpath -tags tools -ldflags "$kube_ldflags" -o "$bin/$b" "k8s.io/kubernetes/cmd/$b"
+    stamp "$b" "$kube_stamp"
   done
 fi
 

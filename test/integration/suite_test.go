@@ -4,7 +4,6 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -31,6 +30,7 @@ import (
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine"
 	"github.com/teardown-dev/teardown-operator/steps/builtin"
+	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
 const runNamespace = "teardown-system"
@@ -112,28 +112,12 @@ func newNamespace(ctx context.Context) string {
 	return ns
 }
 
-func configMap(ns, name string, labels map[string]string) *corev1.ConfigMap {
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}, Data: map[string]string{"k": "v"}}
-}
-
-func dur(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
-
-// waitStep is a wait step of a fixed duration.
-func waitStep(name string, d time.Duration) v1alpha1.Step {
-	return v1alpha1.Step{Name: name, Wait: &v1alpha1.WaitStep{Duration: dur(d)}}
-}
-
-// namespacedPolicy returns a TeardownPolicy on ConfigMaps labelled app=<name>.
-func namespacedPolicy(ns, name string, steps ...v1alpha1.Step) *v1alpha1.TeardownPolicy {
-	return &v1alpha1.TeardownPolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.TeardownPolicySpec{
-			TargetRef: v1alpha1.TargetReference{APIVersion: "v1", Kind: "ConfigMap"},
-			Selector:  &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-			Pipeline:  v1alpha1.Pipeline{Steps: steps},
-		},
-	}
-}
+var (
+	configMap        = framework.ConfigMap
+	dur              = framework.Dur
+	waitStep         = framework.WaitStep
+	namespacedPolicy = framework.NamespacedPolicy
+)
 
 func finalizerOf(p *v1alpha1.TeardownPolicy) string {
 	return "teardownpolicy.teardown.dev/" + p.Name
@@ -164,76 +148,23 @@ func expectReady(ctx context.Context, obj client.Object, status metav1.Condition
 	return cond
 }
 
-// finalizers reads an object's finalizers fresh from the API server.
+func probe() framework.Probe { return framework.Probe{Client: k8s} }
+
 func finalizers(ctx context.Context, obj client.Object) func() []string {
-	return func() []string {
-		o := obj.DeepCopyObject().(client.Object)
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), o); err != nil {
-			return []string{"<" + err.Error() + ">"}
-		}
-		return o.GetFinalizers()
-	}
+	return probe().Finalizers(ctx, obj)
 }
-
-// gone reports whether the object no longer exists.
-func gone(ctx context.Context, obj client.Object) func() bool {
-	return func() bool {
-		o := obj.DeepCopyObject().(client.Object)
-		err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), o)
-		return client.IgnoreNotFound(err) == nil && err != nil
-	}
-}
-
-// runFor finds the run of a target by its UID label, in any namespace.
+func gone(ctx context.Context, obj client.Object) func() bool { return probe().Gone(ctx, obj) }
 func runFor(ctx context.Context, target client.Object) func() *v1alpha1.TeardownRun {
-	return func() *v1alpha1.TeardownRun {
-		var list v1alpha1.TeardownRunList
-		if err := k8s.List(ctx, &list, client.MatchingLabels{engine.LabelTargetUID: string(target.GetUID())}); err != nil || len(list.Items) == 0 {
-			return nil
-		}
-		return &list.Items[0]
-	}
+	return probe().RunFor(ctx, target)
 }
-
 func runPhase(ctx context.Context, target client.Object) func() v1alpha1.RunPhase {
-	return func() v1alpha1.RunPhase {
-		if r := runFor(ctx, target)(); r != nil {
-			return r.Status.Phase
-		}
-		return ""
-	}
+	return probe().RunPhase(ctx, target)
 }
-
 func stepPhase(ctx context.Context, target client.Object, step string) func() v1alpha1.StepPhase {
-	return func() v1alpha1.StepPhase {
-		if r := runFor(ctx, target)(); r != nil {
-			if s := r.Status.Step(step); s != nil {
-				return s.Phase
-			}
-		}
-		return ""
-	}
+	return probe().StepPhase(ctx, target, step)
 }
-
-// eventReasons lists the reasons of the events recorded about an object.
 func eventReasons(ctx context.Context, obj client.Object) func() []string {
-	return func() []string {
-		var list corev1.EventList
-		if err := k8s.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
-			return nil
-		}
-		var out []string
-		for _, e := range list.Items {
-			if e.InvolvedObject.UID == obj.GetUID() {
-				out = append(out, e.Reason)
-			}
-		}
-		return out
-	}
-}
-
-func describe(obj client.Object) string {
-	return fmt.Sprintf("%s/%s", obj.GetNamespace(), obj.GetName())
+	return probe().EventReasons(ctx, obj)
 }
 
 // update re-reads obj, applies mutate and writes it, retrying on conflicts with other writers

@@ -1,0 +1,91 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine"
+	"github.com/teardown-dev/teardown-operator/test/framework"
+)
+
+var _ = Describe("Teardown on a real control plane", func() {
+	ctx := context.Background()
+
+	It("runs every pipeline when a namespace holding 50 protected objects is deleted, then the namespace goes", func() {
+		const n = 50
+		ns := newNamespace(ctx, "doomed")
+		// The policy lives in the namespace being deleted: the hard case, since it is deleted too.
+		p := framework.NamespacedPolicy(ns, "cleanup", framework.WaitStep("drain", time.Second), framework.WaitStep("snapshot", 0))
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		var cms []*corev1.ConfigMap
+		for i := range n {
+			cm := framework.ConfigMap(ns, fmt.Sprintf("db-%02d", i), map[string]string{"app": "cleanup"})
+			Expect(k8s.Create(ctx, cm)).To(Succeed())
+			cms = append(cms, cm)
+		}
+		Eventually(func() int32 {
+			_ = k8s.Get(ctx, client.ObjectKeyFromObject(p), p)
+			return p.Status.Protected
+		}, 60*time.Second, 500*time.Millisecond).Should(Equal(int32(n)))
+
+		By("starting one teardown before the namespace is deleted, so its run lives in the namespace")
+		early := framework.ConfigMap(ns, "early", map[string]string{"app": "cleanup"})
+		Expect(k8s.Create(ctx, early)).To(Succeed())
+		Eventually(probe.Finalizers(ctx, early), 30*time.Second).Should(ContainElement("teardownpolicy.teardown.dev/cleanup"))
+		Expect(k8s.Delete(ctx, early)).To(Succeed())
+		Eventually(probe.StepPhase(ctx, early, "drain"), 30*time.Second).Should(Equal(v1alpha1.StepRunning))
+		Expect(probe.RunFor(ctx, early)().Namespace).To(Equal(ns))
+
+		By("deleting the namespace")
+		Expect(k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+		Eventually(probe.Gone(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}), 3*time.Minute, time.Second).Should(BeTrue())
+
+		var runs v1alpha1.TeardownRunList
+		Expect(k8s.List(ctx, &runs, client.InNamespace(runNamespace), client.MatchingLabels{engine.LabelTargetNamespace: ns})).To(Succeed())
+		Expect(runs.Items).To(HaveLen(n), "every target's run, recorded in the run namespace")
+		for _, r := range runs.Items {
+			Expect(r.Status.Phase).To(Equal(v1alpha1.RunSucceeded), "run %s: %s", r.Name, r.Status.Message)
+			Expect(r.Status.Step("drain").Phase).To(Equal(v1alpha1.StepSucceeded))
+			Expect(r.Status.Step("snapshot").Phase).To(Equal(v1alpha1.StepSucceeded))
+			Expect(r.Finalizers).NotTo(ContainElement(engine.FinalizerRun))
+		}
+	})
+
+	It("tears down an owner deleted with propagationPolicy Foreground after its dependents go", func() {
+		ns := newNamespace(ctx, "foreground")
+		p := framework.NamespacedPolicy(ns, "parent", v1alpha1.Step{
+			Name: "children-gone",
+			Wait: &v1alpha1.WaitStep{
+				Until:    "size(children) == 0",
+				Interval: framework.Dur(time.Hour),
+				Lookups: []v1alpha1.Lookup{{Name: "children", APIVersion: "v1", Kind: "ConfigMap",
+					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"parent": "${object.metadata.name}"}}}},
+			},
+		})
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		parent := framework.ConfigMap(ns, "parent", map[string]string{"app": "parent"})
+		Expect(k8s.Create(ctx, parent)).To(Succeed())
+		Eventually(probe.Finalizers(ctx, parent), 30*time.Second).Should(ContainElement("teardownpolicy.teardown.dev/parent"))
+		child := framework.ConfigMap(ns, "child", map[string]string{"parent": "parent"})
+		child.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: parent.Name, UID: parent.UID, BlockOwnerDeletion: ptr.To(true)}}
+		Expect(k8s.Create(ctx, child)).To(Succeed())
+
+		Expect(k8s.Delete(ctx, parent, client.PropagationPolicy(metav1.DeletePropagationForeground))).To(Succeed())
+		Eventually(probe.Gone(ctx, child), time.Minute).Should(BeTrue(), "garbage collection deletes the dependent first")
+		Eventually(probe.Gone(ctx, parent), time.Minute).Should(BeTrue())
+		run := probe.RunFor(ctx, parent)()
+		Expect(run).NotTo(BeNil())
+		Expect(run.Status.Phase).To(Equal(v1alpha1.RunSucceeded))
+		Expect(run.Status.Step("children-gone").Message).To(ContainSubstring("condition met"))
+		Expect(k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	})
+})

@@ -1,0 +1,115 @@
+// Package framework holds what the integration, e2e and benchmark programs share: builders for
+// policies and targets, and probes that read the state of the cluster for Gomega's Eventually.
+package framework
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine"
+)
+
+// ConfigMap returns a small ConfigMap with data k=v.
+func ConfigMap(ns, name string, labels map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}, Data: map[string]string{"k": "v"}}
+}
+
+// Dur wraps a duration for the API.
+func Dur(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+
+// WaitStep is a wait step of a fixed duration.
+func WaitStep(name string, d time.Duration) v1alpha1.Step {
+	return v1alpha1.Step{Name: name, Wait: &v1alpha1.WaitStep{Duration: Dur(d)}}
+}
+
+// NamespacedPolicy returns a TeardownPolicy on the ConfigMaps labelled app=<name>.
+func NamespacedPolicy(ns, name string, steps ...v1alpha1.Step) *v1alpha1.TeardownPolicy {
+	return &v1alpha1.TeardownPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.TeardownPolicySpec{
+			TargetRef: v1alpha1.TargetReference{APIVersion: "v1", Kind: "ConfigMap"},
+			Selector:  &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Pipeline:  v1alpha1.Pipeline{Steps: steps},
+		},
+	}
+}
+
+// Probe reads the cluster through one client.
+type Probe struct {
+	Client client.Client
+}
+
+// Finalizers returns a function reading an object's finalizers fresh from the API server.
+func (p Probe) Finalizers(ctx context.Context, obj client.Object) func() []string {
+	return func() []string {
+		o := obj.DeepCopyObject().(client.Object)
+		if err := p.Client.Get(ctx, client.ObjectKeyFromObject(obj), o); err != nil {
+			return []string{"<" + err.Error() + ">"}
+		}
+		return o.GetFinalizers()
+	}
+}
+
+// Gone returns a function reporting whether the object no longer exists.
+func (p Probe) Gone(ctx context.Context, obj client.Object) func() bool {
+	return func() bool {
+		o := obj.DeepCopyObject().(client.Object)
+		err := p.Client.Get(ctx, client.ObjectKeyFromObject(obj), o)
+		return err != nil && client.IgnoreNotFound(err) == nil
+	}
+}
+
+// RunFor returns a function finding the run of a target by its UID label, in any namespace.
+func (p Probe) RunFor(ctx context.Context, target client.Object) func() *v1alpha1.TeardownRun {
+	return func() *v1alpha1.TeardownRun {
+		var list v1alpha1.TeardownRunList
+		if err := p.Client.List(ctx, &list, client.MatchingLabels{engine.LabelTargetUID: string(target.GetUID())}); err != nil || len(list.Items) == 0 {
+			return nil
+		}
+		return &list.Items[0]
+	}
+}
+
+// RunPhase returns a function reading the phase of a target's run.
+func (p Probe) RunPhase(ctx context.Context, target client.Object) func() v1alpha1.RunPhase {
+	return func() v1alpha1.RunPhase {
+		if r := p.RunFor(ctx, target)(); r != nil {
+			return r.Status.Phase
+		}
+		return ""
+	}
+}
+
+// StepPhase returns a function reading the phase of one step of a target's run.
+func (p Probe) StepPhase(ctx context.Context, target client.Object, step string) func() v1alpha1.StepPhase {
+	return func() v1alpha1.StepPhase {
+		if r := p.RunFor(ctx, target)(); r != nil {
+			if s := r.Status.Step(step); s != nil {
+				return s.Phase
+			}
+		}
+		return ""
+	}
+}
+
+// EventReasons returns a function listing the reasons of the events recorded about an object.
+func (p Probe) EventReasons(ctx context.Context, obj client.Object) func() []string {
+	return func() []string {
+		var list corev1.EventList
+		if err := p.Client.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
+			return nil
+		}
+		var out []string
+		for _, e := range list.Items {
+			if e.InvolvedObject.UID == obj.GetUID() {
+				out = append(out, e.Reason)
+			}
+		}
+		return out
+	}
+}
