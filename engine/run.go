@@ -550,6 +550,9 @@ func backoff(rp *v1alpha1.RetryPolicy, n int32) time.Duration {
 	}
 	d := base
 	for i := int32(1); i < n && d < ceiling; i++ {
+		if d > ceiling/2 {
+			return ceiling // doubling would pass the ceiling (or overflow)
+		}
 		d *= 2
 	}
 	return min(d, ceiling)

@@ -239,6 +239,13 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 	if err != nil || full == nil {
 		return err
 	}
+	// Decide on the live object, not the caches: the run cache can already miss a run that
+	// finished and was deleted (say with its namespace) while the target cache still shows the
+	// finalizer that run has since removed. Creating a run then would start a second teardown.
+	live := &unstructured.Unstructured{Object: full}
+	if live.GetUID() != obj.UID || live.GetDeletionTimestamp() == nil || !slices.Contains(live.GetFinalizers(), p.Finalizer) {
+		return nil
+	}
 	snapshot, err := snapshotOf(full, key)
 	if err != nil {
 		return err

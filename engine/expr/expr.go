@@ -2,6 +2,7 @@ package expr
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -12,7 +13,6 @@ import (
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/ext"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -162,13 +162,14 @@ func (p *Program) EvalJSON(ctx context.Context, vars Vars) ([]byte, error) {
 
 var jsonValueType = reflect.TypeOf(&structpb.Value{})
 
-// ToJSON encodes a CEL value as JSON.
+// ToJSON encodes a CEL value as compact JSON with sorted keys. (protojson is avoided on purpose:
+// its whitespace varies from build to build, and rendered values must be stable text.)
 func ToJSON(v ref.Val) ([]byte, error) {
 	native, err := v.ConvertToNative(jsonValueType)
 	if err != nil {
 		return nil, fmt.Errorf("value of type %s cannot be represented as JSON: %w", v.Type().TypeName(), err)
 	}
-	return protojson.Marshal(native.(*structpb.Value))
+	return json.Marshal(native.(*structpb.Value).AsInterface())
 }
 
 // toText renders an interpolated value as text: strings as they are, numbers and bools in their

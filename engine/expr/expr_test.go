@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -264,7 +265,7 @@ func TestCostLimit(t *testing.T) {
 			if err == nil {
 				t.Fatalf("EvalBool = %v, want a cost limit error", got)
 			}
-			want := "evaluating " + strconvQuote(tt.src) + ": operation cancelled: actual cost limit exceeded"
+			want := "evaluating " + strconv.Quote(tt.src) + ": operation cancelled: actual cost limit exceeded"
 			if err.Error() != want {
 				t.Errorf("EvalBool error\n%q\nwant\n%q", err.Error(), want)
 			}
@@ -430,9 +431,4 @@ func TestExtendReserved(t *testing.T) {
 			t.Errorf("Extend(%q) error %q, want %q", name, err.Error(), want)
 		}
 	}
-}
-
-func strconvQuote(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
 }

@@ -90,9 +90,11 @@ func closingBrace(src string, start int) (int, error) {
 	return 0, fmt.Errorf("unterminated ${ in %q", src)
 }
 
-// endOfString returns the index of the quote that ends the string literal opening at i.
+// endOfString returns the index of the quote that ends the string literal opening at i. In a raw
+// string (r'...', also rb'...' and br'...') a backslash is an ordinary character.
 func endOfString(src string, i int) (int, error) {
 	q := src[i]
+	raw := i > 0 && (src[i-1] == 'r' || src[i-1] == 'R') || i > 1 && (src[i-2] == 'r' || src[i-2] == 'R') && (src[i-1] == 'b' || src[i-1] == 'B')
 	triple := strings.HasPrefix(src[i:], strings.Repeat(string(q), 3))
 	if triple {
 		if end := strings.Index(src[i+3:], strings.Repeat(string(q), 3)); end >= 0 {
@@ -101,10 +103,10 @@ func endOfString(src string, i int) (int, error) {
 		return 0, fmt.Errorf("unterminated string literal in %q", src)
 	}
 	for j := i + 1; j < len(src); j++ {
-		switch src[j] {
-		case '\\':
+		switch {
+		case src[j] == '\\' && !raw:
 			j++
-		case q:
+		case src[j] == q:
 			return j, nil
 		}
 	}
