@@ -61,8 +61,8 @@ func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj
 		next = append(next, f)
 	}
 	var added []string
-	for f := range want {
-		if !slices.Contains(obj.Finalizers, f) {
+	for f, wanted := range want {
+		if wanted && !slices.Contains(obj.Finalizers, f) {
 			added = append(added, f)
 		}
 	}

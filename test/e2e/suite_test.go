@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +18,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,7 +26,11 @@ import (
 	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
-const runNamespace = "teardown-system"
+const (
+	runNamespace = "teardown-system"
+	// clusterName keeps the suite's cluster apart from the demo's and the benchmark's.
+	clusterName = "teardown-e2e"
+)
 
 var (
 	root       = filepath.Join("..", "..")
@@ -46,10 +48,9 @@ func TestE2E(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	By("starting the kwok cluster")
-	out, err := exec.Command("bash", filepath.Join(root, "test", "cluster", "up.sh")).Output()
-	Expect(err).NotTo(HaveOccurred(), "test/cluster/up.sh: %s", exitStderr(err))
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	kubeconfig = lines[len(lines)-1]
+	var err error
+	kubeconfig, err = framework.StartCluster(root, clusterName)
+	Expect(err).NotTo(HaveOccurred())
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	Expect(err).NotTo(HaveOccurred())
 	scheme := runtime.NewScheme()
@@ -62,7 +63,7 @@ var _ = BeforeSuite(func() {
 
 	By("installing the CRDs")
 	ctx := context.Background()
-	installCRDs(ctx, filepath.Join(root, "config", "crd", "bases"))
+	Expect(framework.InstallCRDs(ctx, k8s, filepath.Join(root, "config", "crd", "bases"))).To(Succeed())
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: runNamespace}}
 	Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, ns))).To(Succeed())
 
@@ -87,9 +88,7 @@ var _ = AfterSuite(func() {
 		GinkgoWriter.Println(opLog.String())
 	}
 	if os.Getenv("E2E_KEEP_CLUSTER") == "" {
-		cmd := exec.Command("bash", filepath.Join(root, "test", "cluster", "down.sh"))
-		cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
-		Expect(cmd.Run()).To(Succeed())
+		Expect(framework.StopCluster(root, clusterName)).To(Succeed())
 	}
 })
 
@@ -98,39 +97,6 @@ var _ = ReportAfterEach(func(r SpecReport) {
 		AddReportEntry("operator log", opLog.String())
 	}
 })
-
-func installCRDs(ctx context.Context, dir string) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	Expect(err).NotTo(HaveOccurred())
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		Expect(err).NotTo(HaveOccurred())
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		Expect(utilyaml.Unmarshal(raw, crd)).To(Succeed())
-		existing := &apiextensionsv1.CustomResourceDefinition{}
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(crd), existing); err == nil {
-			crd.ResourceVersion = existing.ResourceVersion
-			Expect(k8s.Update(ctx, crd)).To(Succeed())
-		} else {
-			Expect(k8s.Create(ctx, crd)).To(Succeed())
-		}
-		Eventually(func(g Gomega) {
-			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(crd), existing)).To(Succeed())
-			ok := false
-			for _, c := range existing.Status.Conditions {
-				ok = ok || c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue
-			}
-			g.Expect(ok).To(BeTrue())
-		}, 30*time.Second).Should(Succeed())
-	}
-}
-
-func exitStderr(err error) string {
-	if ee, ok := err.(*exec.ExitError); ok {
-		return string(ee.Stderr)
-	}
-	return fmt.Sprint(err)
-}
 
 func newNamespace(ctx context.Context, name string) string {
 	ns := fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%100000)

@@ -52,6 +52,13 @@ var _ = Describe("Teardown on a real control plane", func() {
 
 		var runs v1alpha1.TeardownRunList
 		Expect(k8s.List(ctx, &runs, client.InNamespace(runNamespace), client.MatchingLabels{engine.LabelTargetNamespace: ns})).To(Succeed())
+		byTarget := map[string][]string{}
+		for _, r := range runs.Items {
+			byTarget[r.Spec.Target.Name] = append(byTarget[r.Spec.Target.Name], fmt.Sprintf("%s(%s: %s)", r.Name, r.Status.Phase, r.Status.Message))
+		}
+		for name, rs := range byTarget {
+			Expect(rs).To(HaveLen(1), "target %s has several runs", name)
+		}
 		Expect(runs.Items).To(HaveLen(n), "every target's run, recorded in the run namespace")
 		// The early run lived in the deleted namespace; its own finalizer kept it until it finished.
 		for _, r := range runs.Items {

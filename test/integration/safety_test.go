@@ -174,4 +174,38 @@ var _ = Describe("Safety", func() {
 		}
 		Expect(started).To(Equal(3), "each step starts exactly once")
 	})
+
+	It("in a namespace being deleted, keeps a deleted policy's finalizers but adds none, and runs go to the run namespace", func() {
+		ns := newNamespace(ctx)
+		p := namespacedPolicy(ns, "keep", waitStep("a", 0))
+		selected := protect(ctx, p, "selected")
+		other := configMap(ns, "other", map[string]string{"app": "other"})
+		Expect(k8s.Create(ctx, other)).To(Succeed())
+
+		By("deleting the namespace (envtest runs no namespace controller, so it stays Terminating)")
+		Expect(k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+		Expect(k8s.Delete(ctx, p)).To(Succeed())
+		Eventually(func() string {
+			_ = k8s.Get(ctx, client.ObjectKeyFromObject(p), p)
+			for _, c := range p.Status.Conditions {
+				if c.Type == engine.ConditionReady {
+					return c.Message
+				}
+			}
+			return ""
+		}, 10*time.Second).Should(ContainSubstring("namespace is being deleted"))
+		update(ctx, other, func(c *corev1.ConfigMap) { c.Annotations = map[string]string{"touched": "yes"} })
+		Consistently(finalizers(ctx, other), 2*time.Second).Should(BeEmpty(), "an unselected object must not gain the finalizer")
+		Expect(finalizers(ctx, selected)()).To(ContainElement(finalizerOf(p)), "the namespace's objects keep it: they are about to be deleted")
+		Expect(gone(ctx, p)()).To(BeFalse())
+
+		By("deleting the selected object: its run cannot be created in the namespace")
+		Expect(k8s.Delete(ctx, selected)).To(Succeed())
+		Eventually(gone(ctx, selected), 10*time.Second).Should(BeTrue())
+		run := runFor(ctx, selected)()
+		Expect(run.Namespace).To(Equal(runNamespace))
+		Expect(run.Labels[engine.LabelTargetNamespace]).To(Equal(ns))
+		Expect(run.Status.Phase).To(Equal(v1alpha1.RunSucceeded))
+		Eventually(gone(ctx, p), 10*time.Second).Should(BeTrue(), "the policy goes once its targets are done")
+	})
 })

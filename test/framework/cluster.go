@@ -1,0 +1,89 @@
+package framework
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// StartCluster starts (or reuses) the local kwok cluster named name with test/cluster/up.sh and
+// returns its kubeconfig path. root is the repository root.
+func StartCluster(root, name string) (string, error) {
+	cmd := exec.Command("bash", filepath.Join(root, "test", "cluster", "up.sh"))
+	cmd.Env = append(os.Environ(), "CLUSTER_NAME="+name)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("test/cluster/up.sh: %w\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1], nil
+}
+
+// StopCluster deletes the local kwok cluster named name.
+func StopCluster(root, name string) error {
+	cmd := exec.Command("bash", filepath.Join(root, "test", "cluster", "down.sh"))
+	cmd.Env = append(os.Environ(), "CLUSTER_NAME="+name)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("test/cluster/down.sh: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// InstallCRDs creates or updates every CRD in dir and waits until each is established.
+func InstallCRDs(ctx context.Context, c client.Client, dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		return fmt.Errorf("no CRDs in %s: %v", dir, err)
+	}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := utilyaml.Unmarshal(raw, crd); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		existing := &apiextensionsv1.CustomResourceDefinition{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(crd), existing); err == nil {
+			crd.ResourceVersion = existing.ResourceVersion
+			err = c.Update(ctx, crd)
+			if err != nil {
+				return fmt.Errorf("updating %s: %w", crd.Name, err)
+			}
+		} else if err := c.Create(ctx, crd); err != nil {
+			return fmt.Errorf("creating %s: %w", crd.Name, err)
+		}
+		if err := waitEstablished(ctx, c, crd.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func waitEstablished(ctx context.Context, c client.Client, name string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, crd); err == nil {
+			for _, cond := range crd.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					return nil
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return errors.New("CRD " + name + " not established after 30s")
+}
