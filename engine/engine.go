@@ -237,14 +237,43 @@ func (e *Engine) route(ev watch.Event) {
 	if !ev.Deleted && e.registry.UsesGVK(ev.GVK) {
 		e.targets.Add(TargetKey{GVK: ev.GVK, Namespace: o.Namespace, Name: o.Name})
 	}
-	if o.DeletionTimestamp != nil || ev.Deleted {
+	if runsCare(ev) {
 		for _, r := range e.runsOfTarget(context.Background(), o.UID) {
-			e.runs.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: r.Namespace, Name: r.Name}})
+			if r.Status.Phase.Finished() && r.Status.Phase.Releases(r.Spec.Pipeline.FailurePolicy) {
+				continue
+			}
+			req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: r.Namespace, Name: r.Name}}
+			if ev.Deleted {
+				// Usually the run's own release made the target go, and the run cache has not
+				// seen the run finish yet: look a little later rather than at a stale copy.
+				e.runs.AddAfter(req, vanishedDelay)
+			} else {
+				e.runs.Add(req)
+			}
 		}
 	}
 	for _, r := range e.lookups.interested(ev.GVK, o.Namespace) {
 		e.runs.Add(r)
 	}
+}
+
+// vanishedDelay is how long after a target is gone its unfinished runs look at it.
+const vanishedDelay = 2 * time.Second
+
+// runsCare reports whether a change to a target concerns its runs: its deletion starting, the
+// break-glass annotation, or the object going. Other changes (notably the release of another
+// finalizer) would only wake runs to read a cache that has not caught up yet.
+func runsCare(ev watch.Event) bool {
+	o, old := ev.Object, ev.Old
+	switch {
+	case ev.Deleted:
+		return true
+	case o.DeletionTimestamp == nil:
+		return false
+	case old == nil || old.DeletionTimestamp == nil:
+		return true
+	}
+	return o.Annotations[AnnotationAbandon] != old.Annotations[AnnotationAbandon]
 }
 
 // namespaceChanged re-examines what a namespace's labels or deletion affect.

@@ -39,34 +39,64 @@ func (e *Engine) writeFinalizers(ctx context.Context, gvk schema.GroupVersionKin
 // past it the caller's reconcile is requeued.
 const maxConflictRetries = 5
 
-// removeFinalizer removes one finalizer from an object read fresh from the API server. It reports
-// whether the object still exists.
+// removeFinalizer removes one finalizer from an object. The JSON patch tests the object's UID and
+// the finalizer's exact position before removing it, so it can never take out another writer's
+// finalizer or touch a new object of the same name, and it needs no resourceVersion: unrelated
+// updates do not make it fail. It starts from the watch cache's copy and reads the API server only
+// when that copy is missing or the position moved. It reports whether the object still exists.
 func (e *Engine) removeFinalizer(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string, uid types.UID, finalizer string) (bool, error) {
+	obj, fromCache := e.watches.Get(gvk, namespace, name)
 	for range maxConflictRetries {
-		obj := &metav1.PartialObjectMetadata{}
-		obj.SetGroupVersionKind(gvk)
-		if err := e.reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj); err != nil {
-			if apierrors.IsNotFound(err) {
-				return false, nil
+		if !fromCache {
+			obj = &metav1.PartialObjectMetadata{}
+			obj.SetGroupVersionKind(gvk)
+			if err := e.reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj); err != nil {
+				if apierrors.IsNotFound(err) {
+					return false, nil
+				}
+				return false, err
 			}
-			return false, err
 		}
 		if uid != "" && obj.UID != uid {
+			if fromCache { // the cache may hold an older object of that name: ask the API server
+				fromCache = false
+				continue
+			}
 			return false, nil // a new object with the same name: not ours to touch
 		}
-		if !slices.Contains(obj.Finalizers, finalizer) {
-			return true, nil
-		}
-		kept := slices.DeleteFunc(slices.Clone(obj.Finalizers), func(f string) bool { return f == finalizer })
-		err := e.writeFinalizers(ctx, gvk, obj, kept)
+		fromCache = false
+		err := e.patchOutFinalizer(ctx, gvk, obj, finalizer)
 		switch {
 		case err == nil:
 			return true, nil
 		case apierrors.IsNotFound(err):
 			return false, nil
-		case !apierrors.IsConflict(err):
+		case !apierrors.IsInvalid(err) && !apierrors.IsConflict(err):
 			return true, err
 		}
+		// The test failed: the list moved since obj was read. Read it again.
 	}
-	return true, fmt.Errorf("removing finalizer %s from %s %s/%s: still conflicting after %d tries", finalizer, gvk.Kind, namespace, name, maxConflictRetries)
+	return true, fmt.Errorf("removing finalizer %s from %s %s/%s: the finalizer list kept changing (%d tries)", finalizer, gvk.Kind, namespace, name, maxConflictRetries)
+}
+
+// patchOutFinalizer removes finalizer from the object obj describes, if obj still carries it.
+func (e *Engine) patchOutFinalizer(ctx context.Context, gvk schema.GroupVersionKind, obj *metav1.PartialObjectMetadata, finalizer string) error {
+	i := slices.Index(obj.Finalizers, finalizer)
+	if i < 0 {
+		return nil
+	}
+	ops := []map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": obj.UID},
+		{"op": "test", "path": fmt.Sprintf("/metadata/finalizers/%d", i), "value": finalizer},
+		{"op": "remove", "path": fmt.Sprintf("/metadata/finalizers/%d", i)},
+	}
+	data, err := json.Marshal(ops)
+	if err != nil {
+		return err
+	}
+	target := &metav1.PartialObjectMetadata{}
+	target.SetGroupVersionKind(gvk)
+	target.SetNamespace(obj.Namespace)
+	target.SetName(obj.Name)
+	return e.client.Patch(ctx, target, client.RawPatch(types.JSONPatchType, data))
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -85,6 +88,8 @@ type pass struct {
 	object map[string]any                // the snapshot, for expressions
 	events []passEvent
 	watch  []steps.WatchTarget
+	// startedNow names the step this pass started, if any.
+	startedNow string
 }
 
 type passEvent struct {
@@ -102,17 +107,36 @@ func (r *runReconciler) newPass(ctx context.Context, cached *v1alpha1.TeardownRu
 		now:  time.Now(),
 		tkey: TargetKey{GVK: gv.WithKind(t.Kind), Namespace: t.Namespace, Name: t.Name},
 	}
-	target := &metav1.PartialObjectMetadata{}
-	target.SetGroupVersionKind(p.tkey.GVK)
-	err := r.reader.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: t.Name}, target)
+	if cached.Status.Phase.Finished() && cached.Status.Phase.Releases(cached.Spec.Pipeline.FailurePolicy) {
+		return p, nil // done with its target; cleanUp reads what it needs
+	}
+	target, err := r.readTarget(ctx, p.tkey, t.UID)
+	if err != nil {
+		return nil, err
+	}
+	p.target = target
+	return p, nil
+}
+
+// readTarget returns the target's metadata, or nil once it is gone. The metadata informer serves
+// it; the API server is asked only when the cache misses it (gone, or not watched) and when the
+// break-glass annotation is set, whose author is in the managed fields the cache drops.
+func (r *runReconciler) readTarget(ctx context.Context, key TargetKey, uid types.UID) (*metav1.PartialObjectMetadata, error) {
+	if m, ok := r.watches.Get(key.GVK, key.Namespace, key.Name); ok && m.UID == uid && m.Annotations[AnnotationAbandon] == "" {
+		return m, nil
+	}
+	live := &metav1.PartialObjectMetadata{}
+	live.SetGroupVersionKind(key.GVK)
+	err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, live)
 	switch {
 	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		return nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("reading target %s: %w", p.tkey, err)
-	case target.UID == t.UID:
-		p.target = target
+		return nil, fmt.Errorf("reading target %s: %w", key, err)
+	case live.UID != uid:
+		return nil, nil
 	}
-	return p, nil
+	return live, nil
 }
 
 // advance moves an unfinished run forward: start, break glass, deadline, steps, finish.
@@ -251,6 +275,7 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 			ss.Deadline = &d
 		}
 		p.note(false, ReasonStepStarted, "Step %s (%s) started", name, step.Kind)
+		p.startedNow = name
 	}
 	if ss.Deadline != nil && !p.now.Before(ss.Deadline.Time) {
 		p.endStep(step, ss, v1alpha1.StepFailed, fmt.Sprintf("timed out after %s (%d attempts); last: %s", step.Spec.Timeout.Duration, ss.Attempts, ss.Message))
@@ -320,6 +345,14 @@ func (p *pass) endStep(step *policy.Step, ss *v1alpha1.StepStatus, phase v1alpha
 	now := metav1.NewTime(p.now)
 	ss.Phase, ss.Message, ss.CompletionTime, ss.NextCheckTime, ss.RetryTime = phase, msg, &now, nil, nil
 	name := step.Spec.Name
+	if p.startedNow == name {
+		// Started and ended in one pass: one event tells both, which halves the events of
+		// instant steps (events are most of the API writes of a fast pipeline).
+		p.events = slices.DeleteFunc(p.events, func(pe passEvent) bool {
+			return pe.ev.reason == ReasonStepStarted && strings.HasPrefix(pe.ev.note, "Step "+name+" ")
+		})
+		msg = "started and " + strings.ToLower(string(phase)) + " at once: " + msg
+	}
 	switch phase {
 	case v1alpha1.StepSucceeded:
 		p.note(false, ReasonStepSucceeded, "Step %s succeeded: %s", name, msg)
@@ -415,17 +448,16 @@ func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) 
 	if !run.Status.Phase.Releases(run.Spec.Pipeline.FailurePolicy) {
 		return reconcile.Result{}, nil
 	}
-	if i := indexOf(run.Finalizers, FinalizerRun); i >= 0 {
+	if slices.Contains(run.Finalizers, FinalizerRun) {
 		t := run.Spec.Target
 		gv, _ := schema.ParseGroupVersion(t.APIVersion)
 		if _, err := r.removeFinalizer(ctx, gv.WithKind(t.Kind), t.Namespace, t.Name, t.UID, run.Spec.Finalizer); err != nil && !meta.IsNoMatchError(err) {
 			return reconcile.Result{}, fmt.Errorf("releasing %s %s/%s: %w", t.Kind, t.Namespace, t.Name, err)
 		}
-		gvk := v1alpha1.GroupVersion.WithKind("TeardownRun")
 		m := &metav1.PartialObjectMetadata{ObjectMeta: run.ObjectMeta}
-		kept := append(append([]string{}, run.Finalizers[:i]...), run.Finalizers[i+1:]...)
-		if err := r.writeFinalizers(ctx, gvk, m, kept); err != nil {
-			if apierrors.IsConflict(err) {
+		m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
+		if err := r.patchOutFinalizer(ctx, m.GroupVersionKind(), m, FinalizerRun); err != nil {
+			if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
 				return reconcile.Result{Requeue: true}, nil
 			}
 			return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -567,13 +599,4 @@ func checkOutputs(outputs map[string]apiextensionsv1.JSON) error {
 		return fmt.Errorf("outputs are %d bytes of JSON, over the limit of %d", size, MaxOutputBytes)
 	}
 	return nil
-}
-
-func indexOf(list []string, s string) int {
-	for i, x := range list {
-		if x == s {
-			return i
-		}
-	}
-	return -1
 }

@@ -97,6 +97,23 @@ func (p Probe) StepPhase(ctx context.Context, target client.Object, step string)
 	}
 }
 
+// EventNotes returns a function listing "<reason>: <note>" for the events recorded about an object.
+func (p Probe) EventNotes(ctx context.Context, obj client.Object) func() []string {
+	return func() []string {
+		var list corev1.EventList
+		if err := p.Client.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
+			return nil
+		}
+		var out []string
+		for _, e := range list.Items {
+			if e.InvolvedObject.UID == obj.GetUID() {
+				out = append(out, e.Reason+": "+e.Message)
+			}
+		}
+		return out
+	}
+}
+
 // EventReasons returns a function listing the reasons of the events recorded about an object.
 func (p Probe) EventReasons(ctx context.Context, obj client.Object) func() []string {
 	return func() []string {

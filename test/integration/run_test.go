@@ -34,7 +34,8 @@ var _ = Describe("Runs", func() {
 		ns := newNamespace(ctx)
 		p := namespacedPolicy(ns, "ordered", waitStep("first", 1*time.Second),
 			v1alpha1.Step{Name: "skipped", When: "object.metadata.name == 'someone-else'", Wait: &v1alpha1.WaitStep{Duration: dur(time.Hour)}},
-			v1alpha1.Step{Name: "guarded", When: "steps.first.phase == 'Succeeded' && object.data.k == 'v'", Wait: &v1alpha1.WaitStep{Duration: dur(time.Second)}})
+			v1alpha1.Step{Name: "guarded", When: "steps.first.phase == 'Succeeded' && object.data.k == 'v'", Wait: &v1alpha1.WaitStep{Duration: dur(time.Second)}},
+			waitStep("instant", 0))
 		cm := protect(ctx, p, "target")
 		Expect(k8s.Delete(ctx, cm)).To(Succeed())
 
@@ -57,9 +58,19 @@ var _ = Describe("Runs", func() {
 		Expect(run.Status.CompletionTime).NotTo(BeNil())
 		Eventually(func() []string { r := runFor(ctx, cm)(); return r.Finalizers }, 5*time.Second).ShouldNot(ContainElement(engine.FinalizerRun))
 
-		By("events on the run")
-		Eventually(eventReasons(ctx, run), 10*time.Second).Should(ContainElements(
-			engine.ReasonStepStarted, engine.ReasonStepSucceeded, engine.ReasonStepSkipped, engine.ReasonSucceeded))
+		Expect(run.Status.Step("instant").Phase).To(Equal(v1alpha1.StepSucceeded))
+
+		By("events on the run: one per transition, and one for a step that starts and ends at once")
+		notes := probe().EventNotes(ctx, run)
+		Eventually(notes, 10*time.Second).Should(ContainElements(
+			"StepStarted: Step first (wait) started",
+			"StepSucceeded: Step first succeeded: waited 1s",
+			ContainSubstring("StepSkipped: Step skipped skipped: when is false"),
+			"StepStarted: Step guarded (wait) started",
+			"StepSucceeded: Step instant succeeded: started and succeeded at once: waited 0s",
+			ContainSubstring("TeardownSucceeded: "),
+		))
+		Expect(notes()).NotTo(ContainElement(ContainSubstring("Step instant (wait) started")))
 	})
 
 	It("records events on the target while it is being torn down", func() {

@@ -139,7 +139,7 @@ var _ = Describe("Safety", func() {
 
 	It("resumes at the same step after an operator restart, without repeating finished steps", Serial, func() {
 		ns := newNamespace(ctx)
-		p := namespacedPolicy(ns, "restart", waitStep("first", time.Second), waitStep("second", 4*time.Second), waitStep("third", 0))
+		p := namespacedPolicy(ns, "restart", waitStep("first", time.Second), waitStep("second", 4*time.Second), waitStep("third", time.Second))
 		cm := protect(ctx, p, "target")
 		Expect(k8s.Delete(ctx, cm)).To(Succeed())
 		Eventually(stepPhase(ctx, cm, "second"), 10*time.Second).Should(Equal(v1alpha1.StepRunning))
