@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // writeFinalizers replaces the finalizers of the object whose metadata (as read) is obj. The patch
@@ -33,6 +35,17 @@ func (e *Engine) writeFinalizers(ctx context.Context, gvk schema.GroupVersionKin
 	target.SetNamespace(obj.Namespace)
 	target.SetName(obj.Name)
 	return e.client.Patch(ctx, target, client.RawPatch(types.MergePatchType, data))
+}
+
+// conflictRetry is how soon a reconcile that lost a write race runs again, with fresh data.
+const conflictRetry = 200 * time.Millisecond
+
+// requeueOnConflict retries soon after a conflict, and not at all otherwise.
+func requeueOnConflict(err error) reconcile.Result {
+	if apierrors.IsConflict(err) {
+		return reconcile.Result{RequeueAfter: conflictRetry}
+	}
+	return reconcile.Result{}
 }
 
 // maxConflictRetries bounds the immediate re-reads when a finalizer removal races other writers;

@@ -185,7 +185,7 @@ func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, c
 	m.SetResourceVersion(v.Object.GetResourceVersion())
 	if err := r.writeFinalizers(ctx, m.GroupVersionKind(), m, kept); err != nil {
 		if apierrors.IsConflict(err) {
-			return reconcile.Result{Requeue: true}, nil
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -259,7 +259,7 @@ func (r *policyReconciler) writeStatus(ctx context.Context, v policy.View, cache
 	}
 	if err := r.client.Status().Patch(ctx, v.Object, client.MergeFrom(cached)); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return reconcile.Result{Requeue: true}, nil
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("writing status: %w", err)
 	}

@@ -64,7 +64,7 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	}
 	if err := r.commit(ctx, p); err != nil {
 		if apierrors.IsConflict(err) {
-			return reconcile.Result{Requeue: true}, nil
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return reconcile.Result{}, err
 	}
@@ -458,7 +458,7 @@ func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) 
 		m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
 		if err := r.patchOutFinalizer(ctx, m.GroupVersionKind(), m, FinalizerRun); err != nil {
 			if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
-				return reconcile.Result{Requeue: true}, nil
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
 			}
 			return reconcile.Result{}, client.IgnoreNotFound(err)
 		}
@@ -466,7 +466,7 @@ func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) 
 	if r.opts.RunRetention <= 0 || run.Status.CompletionTime == nil || run.DeletionTimestamp != nil {
 		return reconcile.Result{}, nil
 	}
-	if left := run.Status.CompletionTime.Add(r.opts.RunRetention).Sub(time.Now()); left > 0 {
+	if left := time.Until(run.Status.CompletionTime.Add(r.opts.RunRetention)); left > 0 {
 		return reconcile.Result{RequeueAfter: left}, nil
 	}
 	return reconcile.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, run))

@@ -77,7 +77,7 @@ func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj
 	if err := r.writeFinalizers(ctx, key.GVK, obj, next); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			// Someone else wrote the object, or it went: the informer brings the new version.
-			return reconcile.Result{Requeue: apierrors.IsConflict(err)}, nil
+			return requeueOnConflict(err), nil
 		}
 		return reconcile.Result{}, fmt.Errorf("writing finalizers of %s: %w", key, err)
 	}

@@ -1,8 +1,9 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 // Group is the API group of every teardown-operator resource.
@@ -13,14 +14,18 @@ var (
 	GroupVersion = schema.GroupVersion{Group: Group, Version: "v1alpha1"}
 
 	// SchemeBuilder registers this API's types with a runtime.Scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds this API's types to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
 
-func init() {
-	SchemeBuilder.Register(&TeardownPolicy{}, &TeardownPolicyList{})
-	SchemeBuilder.Register(&ClusterTeardownPolicy{}, &ClusterTeardownPolicyList{})
-	SchemeBuilder.Register(&TeardownRun{}, &TeardownRunList{})
+func addKnownTypes(scheme *runtime.Scheme) error {
+	scheme.AddKnownTypes(GroupVersion,
+		&TeardownPolicy{}, &TeardownPolicyList{},
+		&ClusterTeardownPolicy{}, &ClusterTeardownPolicyList{},
+		&TeardownRun{}, &TeardownRunList{},
+	)
+	metav1.AddToGroupVersion(scheme, GroupVersion)
+	return nil
 }

@@ -280,7 +280,7 @@ func managerOf(obj client.Object, path ...string) string {
 		if mf.FieldsV1 == nil {
 			continue
 		}
-		raw := string(mf.FieldsV1.Raw)
+		raw := mf.FieldsV1.GetRawString()
 		ok := true
 		for _, p := range path {
 			if !strings.Contains(raw, `"`+p+`"`) {

@@ -26,11 +26,9 @@ var _ = Describe("Teardown on a real control plane", func() {
 		// The policy lives in the namespace being deleted: the hard case, since it is deleted too.
 		p := framework.NamespacedPolicy(ns, "cleanup", framework.WaitStep("drain", 3*time.Second), framework.WaitStep("snapshot", 0))
 		Expect(k8s.Create(ctx, p)).To(Succeed())
-		var cms []*corev1.ConfigMap
 		for i := range n {
 			cm := framework.ConfigMap(ns, fmt.Sprintf("db-%02d", i), map[string]string{"app": "cleanup"})
 			Expect(k8s.Create(ctx, cm)).To(Succeed())
-			cms = append(cms, cm)
 		}
 		Eventually(func() int32 {
 			_ = k8s.Get(ctx, client.ObjectKeyFromObject(p), p)
