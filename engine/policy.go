@@ -257,7 +257,9 @@ func (r *policyReconciler) writeStatus(ctx context.Context, v policy.View, cache
 	if equality.Semantic.DeepEqual(*origView.Status, *st) {
 		return res, nil
 	}
-	if err := r.client.Status().Patch(ctx, v.Object, client.MergeFrom(cached)); err != nil {
+	// A full update rather than a merge patch: a patch computed against the cached status omits
+	// counts that stay 0, and `kubectl get` would show them blank instead of 0.
+	if err := r.client.Status().Update(ctx, v.Object); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}

@@ -43,6 +43,14 @@ var _ = Describe("Policies", func() {
 		Eventually(func() int32 { _ = k8s.Get(ctx, client.ObjectKeyFromObject(p), p); return p.Status.Protected }, 10*time.Second).Should(Equal(int32(1)))
 		Expect(p.Status.Finalizer).To(Equal(finalizerOf(p)))
 
+		By("printing counts of 0 as 0, not blank, in kubectl get")
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownPolicy"))
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p), u)).To(Succeed())
+		active, found, _ := unstructured.NestedInt64(u.Object, "status", "activeRuns")
+		Expect(found).To(BeTrue(), "status.activeRuns must be written even when 0")
+		Expect(active).To(BeZero())
+
 		By("relabelling the object out of the selector")
 		update(ctx, match, func(cm *corev1.ConfigMap) { cm.Labels["app"] = "web" })
 		Eventually(finalizers(ctx, match), 10*time.Second).Should(BeEmpty())
