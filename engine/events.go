@@ -22,7 +22,6 @@ const (
 	ReasonAbandoned        = "TeardownAbandoned"
 	ReasonPolicyInvalid    = "PolicyInvalid"
 	ReasonPolicyGone       = "PolicyGone"
-	ReasonTargetVanished   = "TargetVanished"
 	ReasonPipelineTimedOut = "PipelineTimedOut"
 )
 

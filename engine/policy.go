@@ -23,13 +23,12 @@ import (
 const (
 	ConditionReady = "Ready"
 
-	ReasonProtecting     = "Protecting"
-	ReasonSuspended      = "Suspended"
-	ReasonInvalidSpec    = "InvalidSpec"
-	ReasonKindNotServed  = "TargetKindNotServed"
-	ReasonInvalidTarget  = "InvalidTarget"
-	ReasonReleasing      = "ReleasingTargets"
-	ReasonWaitingTargets = "WaitingForTargets"
+	ReasonProtecting    = "Protecting"
+	ReasonSuspended     = "Suspended"
+	ReasonInvalidSpec   = "InvalidSpec"
+	ReasonKindNotServed = "TargetKindNotServed"
+	ReasonInvalidTarget = "InvalidTarget"
+	ReasonReleasing     = "ReleasingTargets"
 )
 
 // Requeue periods of the policy reconciler.

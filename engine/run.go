@@ -84,17 +84,12 @@ type pass struct {
 	pipe   *policy.Pipeline
 	now    time.Time
 	tkey   TargetKey
-	target *metav1.PartialObjectMetadata // live metadata of the target; nil once it is gone
+	target *metav1.PartialObjectMetadata // the target's metadata (see readTarget); nil once it is gone
 	object map[string]any                // the snapshot, for expressions
-	events []passEvent
+	events []runEvent
 	watch  []steps.WatchTarget
 	// startedNow names the step this pass started, if any.
 	startedNow string
-}
-
-type passEvent struct {
-	onTarget bool
-	ev       runEvent
 }
 
 func (r *runReconciler) newPass(ctx context.Context, cached *v1alpha1.TeardownRun) (*pass, error) {
@@ -348,8 +343,8 @@ func (p *pass) endStep(step *policy.Step, ss *v1alpha1.StepStatus, phase v1alpha
 	if p.startedNow == name {
 		// Started and ended in one pass: one event tells both, which halves the events of
 		// instant steps (events are most of the API writes of a fast pipeline).
-		p.events = slices.DeleteFunc(p.events, func(pe passEvent) bool {
-			return pe.ev.reason == ReasonStepStarted && strings.HasPrefix(pe.ev.note, "Step "+name+" ")
+		p.events = slices.DeleteFunc(p.events, func(ev runEvent) bool {
+			return ev.reason == ReasonStepStarted && strings.HasPrefix(ev.note, "Step "+name+" ")
 		})
 		msg = "started and " + strings.ToLower(string(phase)) + " at once: " + msg
 	}
@@ -498,14 +493,14 @@ func (r *runReconciler) trackWatches(req reconcile.Request, targets []steps.Watc
 
 // note queues an event for the run and its target, emitted once the status is written.
 func (p *pass) note(warning bool, reason, format string, args ...any) {
-	p.events = append(p.events, passEvent{onTarget: true, ev: eventf(warning, reason, format, args...)})
+	p.events = append(p.events, eventf(warning, reason, format, args...))
 }
 
 func (p *pass) flushEvents(ctx context.Context) {
-	for _, pe := range p.events {
-		p.e.events.emit(ctx, p.run, nil, p.run.Namespace, pe.ev)
-		if pe.onTarget && p.target != nil {
-			p.e.events.emit(ctx, targetRef(p.tkey, p.target), p.run, p.tkey.Namespace, pe.ev)
+	for _, ev := range p.events {
+		p.e.events.emit(ctx, p.run, nil, p.run.Namespace, ev)
+		if p.target != nil {
+			p.e.events.emit(ctx, targetRef(p.tkey, p.target), p.run, p.tkey.Namespace, ev)
 		}
 	}
 }
