@@ -210,4 +210,3 @@ func TestRegistry(t *testing.T) {
 		t.Error("deleted policies must be forgotten")
 	}
 }
-
