@@ -253,9 +253,13 @@ func (e *Engine) route(ev watch.Event) {
 		}
 	}
 	for _, r := range e.lookups.interested(ev.GVK, o.Namespace) {
-		e.runs.Add(r)
+		// Folded: a busy kind wakes each waiting run at most once per lookupDebounce.
+		e.runs.AddAfter(r, lookupDebounce)
 	}
 }
+
+// lookupDebounce folds the changes to looked-up objects into at most one check per run per second.
+const lookupDebounce = time.Second
 
 // vanishedDelay is how long after a target is gone its unfinished runs look at it.
 const vanishedDelay = 2 * time.Second

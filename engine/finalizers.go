@@ -19,7 +19,7 @@ import (
 // carries obj's resourceVersion, so the API server rejects it with a conflict if anyone changed
 // the object since it was read: a JSON merge patch replaces the whole list, and without the lock a
 // finalizer another controller added in between would be dropped.
-func (e *Engine) writeFinalizers(ctx context.Context, gvk schema.GroupVersionKind, obj *metav1.PartialObjectMetadata, finalizers []string) error {
+func (e *Engine) writeFinalizers(ctx context.Context, gvk schema.GroupVersionKind, obj *metav1.PartialObjectMetadata, finalizers []string) (newRV string, err error) {
 	if finalizers == nil {
 		finalizers = []string{}
 	}
@@ -28,13 +28,16 @@ func (e *Engine) writeFinalizers(ctx context.Context, gvk schema.GroupVersionKin
 		"finalizers":      finalizers,
 	}})
 	if err != nil {
-		return err
+		return "", err
 	}
 	target := &metav1.PartialObjectMetadata{}
 	target.SetGroupVersionKind(gvk)
 	target.SetNamespace(obj.Namespace)
 	target.SetName(obj.Name)
-	return e.client.Patch(ctx, target, client.RawPatch(types.MergePatchType, data))
+	if err := e.client.Patch(ctx, target, client.RawPatch(types.MergePatchType, data)); err != nil {
+		return "", err
+	}
+	return target.ResourceVersion, nil
 }
 
 // conflictRetry is how soon a reconcile that lost a write race runs again, with fresh data.

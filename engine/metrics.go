@@ -55,4 +55,8 @@ func (m *metrics) forget(policy string) {
 	m.activeRuns.DeleteLabelValues(policy)
 	m.stuckRuns.DeleteLabelValues(policy)
 	m.protected.DeleteLabelValues(policy)
+	by := prometheus.Labels{"policy": policy}
+	m.pipelineDuration.DeletePartialMatch(by)
+	m.stepDuration.DeletePartialMatch(by)
+	m.stepFailures.DeletePartialMatch(by)
 }

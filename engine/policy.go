@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/engine/watch"
 )
 
 // Policy condition and its reasons.
@@ -101,6 +103,9 @@ func (r *policyReconciler) compile(v policy.View) (*policy.Compiled, reconcile.R
 		return nil, reconcile.Result{}
 	}
 	mapping, err := r.watches.Acquire(gvk, consumerOf(v.Key))
+	if errors.Is(err, watch.ErrNotStarted) {
+		return nil, reconcile.Result{RequeueAfter: time.Second}
+	}
 	if err != nil {
 		r.registry.SetInvalid(v.Key, gvk)
 		r.setReady(v, metav1.ConditionFalse, ReasonKindNotServed, fmt.Sprintf(
@@ -176,13 +181,26 @@ func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, c
 		}
 		return reconcile.Result{RequeueAfter: retryDeleting}, nil
 	}
+	// The cache said none is left; confirm with the API server before letting go. A finalizer patch
+	// computed before the deletion may still land after the cache count, and once this policy is
+	// gone nothing would watch that kind to remove it.
+	if _, err := r.watches.Mapping(gvk); err == nil {
+		n, err := r.countProtectedLive(ctx, gvk, v.Key.Namespace, compiled.Finalizer)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if n > 0 {
+			r.enqueueTargets(gvk, v.Key.Namespace)
+			return reconcile.Result{RequeueAfter: retryDeleting}, nil
+		}
+	}
 	kept := slices.DeleteFunc(slices.Clone(v.Object.GetFinalizers()), func(f string) bool { return f == FinalizerPolicy })
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind(r.kind))
 	m.SetNamespace(v.Object.GetNamespace())
 	m.SetName(v.Object.GetName())
 	m.SetResourceVersion(v.Object.GetResourceVersion())
-	if err := r.writeFinalizers(ctx, m.GroupVersionKind(), m, kept); err != nil {
+	if _, err := r.writeFinalizers(ctx, m.GroupVersionKind(), m, kept); err != nil {
 		if apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
@@ -210,11 +228,12 @@ func (r *policyReconciler) ensureFinalizer(ctx context.Context, obj client.Objec
 	m.SetNamespace(obj.GetNamespace())
 	m.SetName(obj.GetName())
 	m.SetResourceVersion(obj.GetResourceVersion())
-	if err := r.writeFinalizers(ctx, m.GroupVersionKind(), m, append(slices.Clone(obj.GetFinalizers()), FinalizerPolicy)); err != nil {
+	rv, err := r.writeFinalizers(ctx, m.GroupVersionKind(), m, append(slices.Clone(obj.GetFinalizers()), FinalizerPolicy))
+	if err != nil {
 		return fmt.Errorf("adding finalizer %s: %w", FinalizerPolicy, err)
 	}
 	obj.SetFinalizers(append(obj.GetFinalizers(), FinalizerPolicy))
-	obj.SetResourceVersion(m.GetResourceVersion())
+	obj.SetResourceVersion(rv) // so that this reconcile's status update is not a conflict
 	return nil
 }
 
@@ -258,7 +277,9 @@ func (r *policyReconciler) writeStatus(ctx context.Context, v policy.View, cache
 	}
 	// A full update rather than a merge patch: a patch computed against the cached status omits
 	// counts that stay 0, and `kubectl get` would show them blank instead of 0.
-	if err := r.client.Status().Update(ctx, v.Object); err != nil {
+	// Update a copy: the client decodes the reply into the object it sends, reusing its maps, and
+	// the compiled policy in the registry shares v.Object's spec with target workers.
+	if err := r.client.Status().Update(ctx, v.Object.DeepCopyObject().(client.Object)); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
@@ -281,6 +302,32 @@ func (r *policyReconciler) countProtected(gvk schema.GroupVersionKind, key polic
 		}
 	}
 	return n
+}
+
+// countProtectedLive counts, from the API server, the objects of gvk in namespace (empty: all)
+// that carry finalizer. It pages through metadata only.
+func (r *policyReconciler) countProtectedLive(ctx context.Context, gvk schema.GroupVersionKind, namespace, finalizer string) (int, error) {
+	n := 0
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	opts := []client.ListOption{client.Limit(500)}
+	if namespace != "" {
+		opts = append(opts, client.InNamespace(namespace))
+	}
+	for {
+		if err := r.reader.List(ctx, list, opts...); err != nil {
+			return 0, fmt.Errorf("listing %s: %w", gvk.Kind, err)
+		}
+		for _, o := range list.Items {
+			if slices.Contains(o.Finalizers, finalizer) {
+				n++
+			}
+		}
+		if list.Continue == "" {
+			return n, nil
+		}
+		opts = append(opts, client.Continue(list.Continue))
+	}
 }
 
 // enqueueRuns queues the policy's unfinished runs (suspend abandons them).

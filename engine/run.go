@@ -21,6 +21,7 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/expr"
+	"github.com/teardown-dev/teardown-operator/engine/naming"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
@@ -31,6 +32,8 @@ const (
 	DefaultMaxBackoff = 5 * time.Minute
 	// MaxOutputBytes bounds the JSON of one step's outputs, so run objects stay small.
 	MaxOutputBytes = 16 * 1024
+	// minRetryDelay is the shortest wait before a retry, whatever the configured backoff.
+	minRetryDelay = 100 * time.Millisecond
 	// ConditionComplete is True once a run's phase is final.
 	ConditionComplete = "Complete"
 )
@@ -74,6 +77,25 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return r.cleanUp(ctx, p.run)
 	}
 	return res, nil
+}
+
+// trusted checks that a run's spec is one the engine could have written: its finalizer is its
+// policy's, it lives in its target's namespace or the run namespace, and a TeardownPolicy's run
+// targets that policy's namespace. The engine acts with its own rights on the target a run names,
+// so a hand-made run must not be able to remove any finalizer from any object.
+func (e *Engine) trusted(run *v1alpha1.TeardownRun) error {
+	ref, t := run.Spec.PolicyRef, run.Spec.Target
+	switch {
+	case run.Spec.Finalizer != naming.Finalizer(ref.Kind, ref.Name):
+		return fmt.Errorf("spec.finalizer %q is not the finalizer of %s %s", run.Spec.Finalizer, ref.Kind, ref.Name)
+	case run.Namespace != t.Namespace && run.Namespace != e.opts.RunNamespace:
+		return fmt.Errorf("a run lives in its target's namespace or in %s, not %s", e.opts.RunNamespace, run.Namespace)
+	case ref.Kind == policy.KindNamespaced && t.Namespace != ref.Namespace:
+		return fmt.Errorf("a TeardownPolicy's run can only target its own namespace %q", ref.Namespace)
+	case ref.Kind == policy.KindCluster && ref.Namespace != "":
+		return fmt.Errorf("spec.policyRef.namespace must be empty for a ClusterTeardownPolicy")
+	}
+	return nil
 }
 
 // pass is one reconcile of a run: the run being edited, and what the pass learned and will say.
@@ -137,6 +159,12 @@ func (r *runReconciler) readTarget(ctx context.Context, key TargetKey, uid types
 // advance moves an unfinished run forward: start, break glass, deadline, steps, finish.
 func (p *pass) advance(ctx context.Context) (reconcile.Result, error) {
 	st := &p.run.Status
+	if err := p.e.trusted(p.run); err != nil {
+		p.start()
+		p.skipRemaining("run rejected")
+		p.finish(v1alpha1.RunFailed, "rejected, nothing was run or released: "+err.Error())
+		return reconcile.Result{}, nil
+	}
 	if st.Phase == "" || st.Phase == v1alpha1.RunPending {
 		p.start()
 	}
@@ -320,6 +348,9 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 		if wait <= 0 {
 			wait = backoff(step.Spec.Retry, ss.Attempts)
 		}
+		// A zero backoff still needs a requeue: RequeueAfter 0 would mean "no requeue" and the
+		// run's own status write does not wake it.
+		wait = max(wait, minRetryDelay)
 		at := metav1.NewTime(p.now.Add(wait))
 		ss.RetryTime = &at
 		ss.NextCheckTime = &at
@@ -401,7 +432,7 @@ func (p *pass) stepsDone() bool {
 // finalizer, and the next reconcile completes the release.
 func (p *pass) finish(phase v1alpha1.RunPhase, msg string) {
 	st := &p.run.Status
-	release := phase.Releases(p.run.Spec.Pipeline.FailurePolicy)
+	release := phase.Releases(p.run.Spec.Pipeline.FailurePolicy) && p.e.trusted(p.run) == nil
 	now := metav1.NewTime(p.now)
 	st.Phase, st.Message, st.CompletionTime = phase, msg, &now
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionComplete, Status: metav1.ConditionTrue,
@@ -446,8 +477,10 @@ func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) 
 	if slices.Contains(run.Finalizers, FinalizerRun) {
 		t := run.Spec.Target
 		gv, _ := schema.ParseGroupVersion(t.APIVersion)
-		if _, err := r.removeFinalizer(ctx, gv.WithKind(t.Kind), t.Namespace, t.Name, t.UID, run.Spec.Finalizer); err != nil && !meta.IsNoMatchError(err) {
-			return reconcile.Result{}, fmt.Errorf("releasing %s %s/%s: %w", t.Kind, t.Namespace, t.Name, err)
+		if r.trusted(run) == nil {
+			if _, err := r.removeFinalizer(ctx, gv.WithKind(t.Kind), t.Namespace, t.Name, t.UID, run.Spec.Finalizer); err != nil && !meta.IsNoMatchError(err) {
+				return reconcile.Result{}, fmt.Errorf("releasing %s %s/%s: %w", t.Kind, t.Namespace, t.Name, err)
+			}
 		}
 		m := &metav1.PartialObjectMetadata{ObjectMeta: run.ObjectMeta}
 		m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))

@@ -74,7 +74,7 @@ func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj
 	if !changed {
 		return reconcile.Result{}, nil
 	}
-	if err := r.writeFinalizers(ctx, key.GVK, obj, next); err != nil {
+	if _, err := r.writeFinalizers(ctx, key.GVK, obj, next); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			// Someone else wrote the object, or it went: the informer brings the new version.
 			return requeueOnConflict(err), nil
@@ -325,6 +325,10 @@ func snapshotOf(obj map[string]any, key TargetKey) ([]byte, error) {
 	if key.GVK.Group == "" && key.GVK.Kind == "Secret" {
 		delete(u.Object, "data")
 		delete(u.Object, "stringData")
+		// kubectl apply keeps the whole applied object, data included, in this annotation.
+		ann := u.GetAnnotations()
+		delete(ann, "kubectl.kubernetes.io/last-applied-configuration")
+		u.SetAnnotations(ann)
 	}
 	return json.Marshal(u.Object)
 }

@@ -34,6 +34,8 @@ type CompileContext struct {
 	Env *expr.Env
 	// Namespaced is true for a TeardownPolicy, whose steps may act only in its own namespace.
 	Namespaced bool
+	// Namespace is a TeardownPolicy's namespace.
+	Namespace string
 }
 
 // Action is a compiled step, ready to execute.

@@ -58,13 +58,17 @@ type RetryPolicy struct {
 	// Defaults to 5s.
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('8760h')",message="must be at most 8760h (one year)"
 	Backoff *metav1.Duration `json:"backoff,omitempty"`
 
 	// maxBackoff caps the wait between retries. Defaults to 5m.
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('8760h')",message="must be at most 8760h (one year)"
 	MaxBackoff *metav1.Duration `json:"maxBackoff,omitempty"`
 }
 
@@ -110,7 +114,9 @@ type WaitStep struct {
 	// operator restarts.
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('8760h')",message="must be at most 8760h (one year)"
 	Duration *metav1.Duration `json:"duration,omitempty"`
 
 	// until is a CEL condition over `object` (the target), `steps`, `run` and the lookups;
@@ -131,7 +137,9 @@ type WaitStep struct {
 	// Defaults to 10s.
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('8760h')",message="must be at most 8760h (one year)"
 	Interval *metav1.Duration `json:"interval,omitempty"`
 }
 
@@ -155,7 +163,9 @@ type Step struct {
 	// timeout bounds the step from its first attempt, retries included. Unset means no bound.
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('8760h')",message="must be at most 8760h (one year)"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
 	// retry says how a failed attempt is retried.
@@ -192,14 +202,18 @@ type Pipeline struct {
 	// timeout bounds the whole pipeline from the start of the run. Unset means no bound.
 	// +optional
 	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('8760h')",message="must be at most 8760h (one year)"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
 
 // TeardownPolicySpec is what a policy protects and the pipeline run before each such object goes.
 type TeardownPolicySpec struct {
-	// targetRef names the kind of object to protect.
+	// targetRef names the kind of object to protect. It cannot change: the policy's finalizer is
+	// on objects of this kind; to protect another kind, create another policy.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="targetRef is immutable; create another policy for another kind"
 	TargetRef TargetReference `json:"targetRef"`
 
 	// selector picks targets by label. Unset or empty selects every object of the kind in scope.

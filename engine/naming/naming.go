@@ -59,7 +59,15 @@ func IsOurs(finalizer string) bool {
 // the same name, so a repeated create finds the run it already made.
 func RunName(policyKind, policyNamespace, policyName, targetName string, targetUID types.UID) string {
 	h := Hash(policyKind, policyNamespace, policyName, string(targetUID))
-	base := strings.TrimRight(Shorten(strings.ToLower(targetName), MaxLabel-hashLen-1), "-.")
+	// Some kinds allow names that are not DNS names (RBAC objects: "system:node"); the hash keeps
+	// the result unique whatever the replaced characters were.
+	clean := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(targetName))
+	base := strings.Trim(Shorten(clean, MaxLabel-hashLen-1), "-.")
 	if base == "" {
 		return "run-" + h
 	}
@@ -68,5 +76,14 @@ func RunName(policyKind, policyNamespace, policyName, targetName string, targetU
 
 // LabelValue makes s usable as a label value: unchanged when it fits, else shortened with a hash.
 func LabelValue(s string) string {
-	return strings.TrimLeft(Shorten(s, MaxLabel), "-_.")
+	clean := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
+			return r
+		}
+		return '-'
+	}, s)
+	if clean != s && len(clean) <= MaxLabel-hashLen-1 {
+		clean += "-" + Hash(s) // keep distinct originals distinct
+	}
+	return strings.Trim(Shorten(clean, MaxLabel), "-_.")
 }

@@ -68,6 +68,7 @@ func TestRunName(t *testing.T) {
 		{"upper case kinds of names are lowered", "Node-A", "u1", "node-a-"},
 		{"long", strings.Repeat("n", 253), "u2", strings.Repeat("n", 52-11) + "-"},
 		{"dotted", "a.b.c", "u3", "a.b.c-"},
+		{"not a DNS name", "system:kube-proxy@x", "u4", "system-kube-proxy-x-"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -99,7 +100,10 @@ func TestRunName(t *testing.T) {
 }
 
 func TestLabelValue(t *testing.T) {
-	for _, in := range []string{"a", strings.Repeat("v", 63), strings.Repeat("v", 64), "-" + strings.Repeat("w", 80)} {
+	if LabelValue("system:a") == LabelValue("system@a") {
+		t.Error("names differing only in replaced characters must get different label values")
+	}
+	for _, in := range []string{"a", strings.Repeat("v", 63), strings.Repeat("v", 64), "-" + strings.Repeat("w", 80), "system:node:x", "oidc:a@b.c"} {
 		got := LabelValue(in)
 		if errs := validation.IsValidLabelValue(got); len(errs) > 0 {
 			t.Errorf("LabelValue(%q) = %q: %v", in, got, errs)

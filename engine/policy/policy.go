@@ -190,7 +190,7 @@ func (c *Compiler) Compile(v View) (*Compiled, field.ErrorList) {
 			errs = append(errs, field.Invalid(specPath.Child("match"), spec.Match, err.Error()))
 		}
 	}
-	pipe, perrs := c.compilePipeline(&spec.Pipeline, v.Key.Namespaced(), specPath)
+	pipe, perrs := c.compilePipeline(&spec.Pipeline, v.Key.Namespace, specPath)
 	errs = append(errs, perrs...)
 	if len(errs) > 0 {
 		return nil, errs
@@ -209,7 +209,11 @@ func (c *Compiler) PipelineForRun(run *v1alpha1.TeardownRun) (*Pipeline, error) 
 	if ok {
 		return p, nil
 	}
-	p, errs := c.compilePipeline(&run.Spec.Pipeline, run.Spec.PolicyRef.Kind == KindNamespaced, field.NewPath("spec", "pipeline"))
+	ns := ""
+	if run.Spec.PolicyRef.Kind == KindNamespaced {
+		ns = run.Spec.PolicyRef.Namespace
+	}
+	p, errs := c.compilePipeline(&run.Spec.Pipeline, ns, field.NewPath("spec", "pipeline"))
 	if len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
@@ -226,9 +230,10 @@ func (c *Compiler) store(key pipelineKey, p *Pipeline) {
 	c.cache[key] = p
 }
 
-func (c *Compiler) compilePipeline(spec *v1alpha1.Pipeline, namespaced bool, path *field.Path) (*Pipeline, field.ErrorList) {
+// compilePipeline compiles a pipeline; namespace is a TeardownPolicy's, empty for a cluster policy.
+func (c *Compiler) compilePipeline(spec *v1alpha1.Pipeline, namespace string, path *field.Path) (*Pipeline, field.ErrorList) {
 	var errs field.ErrorList
-	cc := steps.CompileContext{Env: c.env, Namespaced: namespaced}
+	cc := steps.CompileContext{Env: c.env, Namespaced: namespace != "", Namespace: namespace}
 	out := &Pipeline{FailurePolicy: spec.FailurePolicy, Spec: spec}
 	if out.FailurePolicy == "" {
 		out.FailurePolicy = v1alpha1.FailurePolicyRetain

@@ -62,6 +62,9 @@ func TestCompileErrorsNameTheField(t *testing.T) {
 		{"until error", func(s *v1alpha1.TeardownPolicySpec) {
 			s.Steps[0].Wait = &v1alpha1.WaitStep{Until: "size(kids) == 0"}
 		}, []string{"spec.steps[0].wait.until", "undeclared reference to 'kids'"}},
+		{"lookup in another namespace", func(s *v1alpha1.TeardownPolicySpec) {
+			s.Steps[0].Wait = &v1alpha1.WaitStep{Until: "size(x) == 0", Lookups: []v1alpha1.Lookup{{Name: "x", APIVersion: "v1", Kind: "Pod", Namespace: "kube-system"}}}
+		}, []string{`spec.steps[0].wait.lookups[0].namespace: Forbidden: a TeardownPolicy may look only in its own namespace "ns"`}},
 		{"no steps", func(s *v1alpha1.TeardownPolicySpec) { s.Steps = nil },
 			[]string{"spec.steps: Required value"}},
 		{"several errors at once", func(s *v1alpha1.TeardownPolicySpec) {

@@ -6,6 +6,7 @@ package watch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -27,6 +28,9 @@ type Event struct {
 	Old     *metav1.PartialObjectMetadata
 	Deleted bool
 }
+
+// ErrNotStarted is returned by Acquire before the manager runs (just after start-up).
+var ErrNotStarted = errors.New("watch manager not started")
 
 // Handler receives every event of every informer. It must not block.
 type Handler func(Event)
@@ -94,7 +98,7 @@ func (m *Manager) Acquire(gvk schema.GroupVersionKind, consumer string) (*meta.R
 		return e.mapping, nil
 	}
 	if m.ctx == nil {
-		return nil, fmt.Errorf("watch manager not started")
+		return nil, ErrNotStarted
 	}
 	mapping, err := m.Mapping(gvk)
 	if err != nil {

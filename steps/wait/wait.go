@@ -139,6 +139,8 @@ func (k *Kind) compileLookups(cc steps.CompileContext, ls []v1alpha1.Lookup, p *
 		lk := lookup{name: l.Name, gvk: gv.WithKind(l.Kind), matchLabels: map[string]*expr.Template{}}
 		if lk.namespace, err = cc.Env.CompileTemplate(l.Namespace); err != nil {
 			errs = append(errs, field.Invalid(lp.Child("namespace"), l.Namespace, err.Error()))
+		} else if cc.Namespaced && lk.namespace.Literal() && l.Namespace != "" && l.Namespace != cc.Namespace {
+			errs = append(errs, field.Forbidden(lp.Child("namespace"), fmt.Sprintf("a TeardownPolicy may look only in its own namespace %q", cc.Namespace)))
 		}
 		if l.Selector != nil {
 			sp := lp.Child("selector")

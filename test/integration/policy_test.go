@@ -93,6 +93,15 @@ var _ = Describe("Policies", func() {
 		Expect(unstructured.SetNestedSlice(u.Object, steps, "spec", "steps")).To(Succeed())
 		Expect(k8s.Create(ctx, u)).To(MatchError(ContainSubstring("spec.steps[0].wait.duration")))
 
+		steps[0].(map[string]any)["wait"] = map[string]any{"duration": "3000000h"}
+		Expect(unstructured.SetNestedSlice(u.Object, steps, "spec", "steps")).To(Succeed())
+		Expect(k8s.Create(ctx, u)).To(MatchError(ContainSubstring("must be at most 8760h")), "a duration Go cannot parse must not reach the informer")
+
+		immutable := namespacedPolicy(ns, "immutable", waitStep("a", 0))
+		Expect(k8s.Create(ctx, immutable)).To(Succeed())
+		immutable.Spec.TargetRef.Kind = "Secret"
+		Expect(k8s.Update(ctx, immutable)).To(MatchError(ContainSubstring("targetRef is immutable")))
+
 		own := namespacedPolicy(ns, "own", waitStep("a", 0))
 		own.Spec.TargetRef = v1alpha1.TargetReference{APIVersion: "teardown.dev/v1alpha1", Kind: "TeardownRun"}
 		Expect(k8s.Create(ctx, own)).To(MatchError(ContainSubstring("teardown.dev resources cannot be targets")))

@@ -147,6 +147,20 @@ var _ = Describe("Runs", func() {
 		Eventually(eventReasons(ctx, run), 10*time.Second).Should(ContainElements(engine.ReasonStepRetrying, engine.ReasonStepFailed))
 	})
 
+	It("retries with a zero backoff without getting stuck", func() {
+		ns := newNamespace(ctx)
+		p := namespacedPolicy(ns, "zero-backoff", v1alpha1.Step{
+			Name:  "missing-kind",
+			Retry: &v1alpha1.RetryPolicy{Limit: 3, Backoff: dur(0)},
+			Wait:  &v1alpha1.WaitStep{Until: "true", Lookups: []v1alpha1.Lookup{{Name: "x", APIVersion: "nowhere.example.com/v1", Kind: "Thing"}}},
+		})
+		p.Spec.FailurePolicy = v1alpha1.FailurePolicyRelease
+		cm := protect(ctx, p, "target")
+		Expect(k8s.Delete(ctx, cm)).To(Succeed())
+		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
+		Expect(runFor(ctx, cm)().Status.Step("missing-kind").Attempts).To(Equal(int32(4)))
+	})
+
 	It("waits until looked-up objects are gone, woken by their deletion rather than the interval", func() {
 		ns := newNamespace(ctx)
 		p := namespacedPolicy(ns, "parent", v1alpha1.Step{

@@ -122,6 +122,31 @@ var _ = Describe("Safety", func() {
 		}
 	})
 
+	It("refuses a hand-made run that names another controller's finalizer, and releases nothing", func() {
+		ns := newNamespace(ctx)
+		cm := configMap(ns, "held", nil)
+		cm.Finalizers = []string{"example.com/hold"}
+		Expect(k8s.Create(ctx, cm)).To(Succeed())
+		Expect(k8s.Delete(ctx, cm)).To(Succeed())
+		forged := &v1alpha1.TeardownRun{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "forged"},
+			Spec: v1alpha1.TeardownRunSpec{
+				PolicyRef: v1alpha1.PolicyReference{Kind: "TeardownPolicy", Namespace: ns, Name: "p", UID: "x"},
+				Target:    v1alpha1.TargetObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: ns, Name: "held", UID: cm.UID},
+				Finalizer: "example.com/hold",
+				Pipeline:  v1alpha1.Pipeline{Steps: []v1alpha1.Step{waitStep("a", 0)}, FailurePolicy: v1alpha1.FailurePolicyRelease},
+			},
+		}
+		Expect(k8s.Create(ctx, forged)).To(Succeed())
+		Eventually(func() string {
+			_ = k8s.Get(ctx, client.ObjectKeyFromObject(forged), forged)
+			return forged.Status.Message
+		}, 10*time.Second).Should(ContainSubstring("rejected"))
+		Expect(forged.Status.Phase).To(Equal(v1alpha1.RunFailed))
+		Consistently(finalizers(ctx, cm), 2*time.Second).Should(Equal([]string{"example.com/hold"}))
+		update(ctx, cm, func(c *corev1.ConfigMap) { c.Finalizers = nil })
+	})
+
 	It("never adds a finalizer to an object that is already being deleted", func() {
 		ns := newNamespace(ctx)
 		cm := configMap(ns, "leaving", map[string]string{"app": "late"})
