@@ -29,7 +29,11 @@ const (
 type runEvent struct {
 	warning bool
 	reason  string
-	note    string
+	// action names what the event is about: the step, for step events. The events recorder folds
+	// events with the same object, reason and action into one series that keeps the first note,
+	// so without it two steps succeeding in one pass would show as one.
+	action string
+	note   string
 }
 
 // eventSink emits events on runs and targets. Targets in a terminating namespace get none: the
@@ -52,7 +56,11 @@ func (s *eventSink) emit(ctx context.Context, regarding, related runtime.Object,
 	if ev.warning {
 		typ = corev1.EventTypeWarning
 	}
-	s.rec.Eventf(regarding, related, typ, ev.reason, ev.reason, "%s", truncate(ev.note, 1000))
+	action := ev.action
+	if action == "" {
+		action = ev.reason
+	}
+	s.rec.Eventf(regarding, related, typ, ev.reason, action, "%s", truncate(ev.note, 1000))
 }
 
 func truncate(s string, n int) string {

@@ -297,7 +297,7 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 			d := metav1.NewTime(p.now.Add(to.Duration))
 			ss.Deadline = &d
 		}
-		p.note(false, ReasonStepStarted, "Step %s (%s) started", name, step.Kind)
+		p.stepNote(name, false, ReasonStepStarted, "Step %s (%s) started", name, step.Kind)
 		p.startedNow = name
 	}
 	if ss.Deadline != nil && !p.now.Before(ss.Deadline.Time) {
@@ -355,7 +355,7 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 		ss.RetryTime = &at
 		ss.NextCheckTime = &at
 		ss.Message = fmt.Sprintf("attempt %d failed: %s; retrying in %s", ss.Attempts, result.Message, wait.Round(time.Millisecond))
-		p.note(true, ReasonStepRetrying, "Step %s: %s", name, ss.Message)
+		p.stepNote(name, true, ReasonStepRetrying, "Step %s: %s", name, ss.Message)
 		return reconcile.Result{RequeueAfter: capAt(wait, p.now, ss.Deadline)}, false
 	}
 	msg := result.Message
@@ -375,20 +375,20 @@ func (p *pass) endStep(step *policy.Step, ss *v1alpha1.StepStatus, phase v1alpha
 		// Started and ended in one pass: one event tells both, which halves the events of
 		// instant steps (events are most of the API writes of a fast pipeline).
 		p.events = slices.DeleteFunc(p.events, func(ev runEvent) bool {
-			return ev.reason == ReasonStepStarted && strings.HasPrefix(ev.note, "Step "+name+" ")
+			return ev.reason == ReasonStepStarted && ev.action == "Step "+name
 		})
 		msg = "started and " + strings.ToLower(string(phase)) + " at once: " + msg
 	}
 	switch phase {
 	case v1alpha1.StepSucceeded:
-		p.note(false, ReasonStepSucceeded, "Step %s succeeded: %s", name, msg)
+		p.stepNote(name, false, ReasonStepSucceeded, "Step %s succeeded: %s", name, msg)
 	case v1alpha1.StepSkipped:
-		p.note(false, ReasonStepSkipped, "Step %s skipped: %s", name, msg)
+		p.stepNote(name, false, ReasonStepSkipped, "Step %s skipped: %s", name, msg)
 	case v1alpha1.StepFailed:
 		if step.Spec.OnFailure == v1alpha1.OnFailureContinue {
-			p.note(true, ReasonStepFailed, "Step %s failed, continuing (onFailure: Continue): %s", name, msg)
+			p.stepNote(name, true, ReasonStepFailed, "Step %s failed, continuing (onFailure: Continue): %s", name, msg)
 		} else {
-			p.note(true, ReasonStepFailed, "Step %s failed: %s", name, msg)
+			p.stepNote(name, true, ReasonStepFailed, "Step %s failed: %s", name, msg)
 		}
 	}
 	if ss.StartTime != nil {
@@ -527,6 +527,13 @@ func (r *runReconciler) trackWatches(req reconcile.Request, targets []steps.Watc
 // note queues an event for the run and its target, emitted once the status is written.
 func (p *pass) note(warning bool, reason, format string, args ...any) {
 	p.events = append(p.events, eventf(warning, reason, format, args...))
+}
+
+// stepNote queues an event about one step.
+func (p *pass) stepNote(step string, warning bool, reason, format string, args ...any) {
+	ev := eventf(warning, reason, format, args...)
+	ev.action = "Step " + step
+	p.events = append(p.events, ev)
 }
 
 func (p *pass) flushEvents(ctx context.Context) {

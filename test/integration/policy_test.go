@@ -99,8 +99,9 @@ var _ = Describe("Policies", func() {
 
 		immutable := namespacedPolicy(ns, "immutable", waitStep("a", 0))
 		Expect(k8s.Create(ctx, immutable)).To(Succeed())
-		immutable.Spec.TargetRef.Kind = "Secret"
-		Expect(k8s.Update(ctx, immutable)).To(MatchError(ContainSubstring("targetRef is immutable")))
+		changed := immutable.DeepCopy()
+		changed.Spec.TargetRef.Kind = "Secret"
+		Expect(k8s.Patch(ctx, changed, client.MergeFrom(immutable))).To(MatchError(ContainSubstring("targetRef is immutable")))
 
 		own := namespacedPolicy(ns, "own", waitStep("a", 0))
 		own.Spec.TargetRef = v1alpha1.TargetReference{APIVersion: "teardown.dev/v1alpha1", Kind: "TeardownRun"}
