@@ -4,6 +4,7 @@ package framework
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -100,15 +101,9 @@ func (p Probe) StepPhase(ctx context.Context, target client.Object, step string)
 // EventNotes returns a function listing "<reason>: <note>" for the events recorded about an object.
 func (p Probe) EventNotes(ctx context.Context, obj client.Object) func() []string {
 	return func() []string {
-		var list corev1.EventList
-		if err := p.Client.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
-			return nil
-		}
 		var out []string
-		for _, e := range list.Items {
-			if e.InvolvedObject.UID == obj.GetUID() {
-				out = append(out, e.Reason+": "+e.Message)
-			}
+		for _, e := range p.events(ctx, obj) {
+			out = append(out, e.Reason+": "+e.Message)
 		}
 		return out
 	}
@@ -117,16 +112,19 @@ func (p Probe) EventNotes(ctx context.Context, obj client.Object) func() []strin
 // EventReasons returns a function listing the reasons of the events recorded about an object.
 func (p Probe) EventReasons(ctx context.Context, obj client.Object) func() []string {
 	return func() []string {
-		var list corev1.EventList
-		if err := p.Client.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
-			return nil
-		}
 		var out []string
-		for _, e := range list.Items {
-			if e.InvolvedObject.UID == obj.GetUID() {
-				out = append(out, e.Reason)
-			}
+		for _, e := range p.events(ctx, obj) {
+			out = append(out, e.Reason)
 		}
 		return out
 	}
+}
+
+// events lists the events recorded about an object (nil if they cannot be read).
+func (p Probe) events(ctx context.Context, obj client.Object) []corev1.Event {
+	var list corev1.EventList
+	if err := p.Client.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
+		return nil
+	}
+	return slices.DeleteFunc(list.Items, func(e corev1.Event) bool { return e.InvolvedObject.UID != obj.GetUID() })
 }
