@@ -96,6 +96,8 @@ type Engine struct {
 	lookups  *interest
 }
 
+var namespaceGVK = schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}
+
 // TargetKey identifies one object of some target kind.
 type TargetKey struct {
 	GVK       schema.GroupVersionKind
@@ -185,8 +187,7 @@ func (e *Engine) setupControllers(mgr manager.Manager) error {
 	}
 	// Namespaces: label changes move objects in and out of cluster policies' namespace selectors,
 	// and a namespace's deletion changes where runs go and when its policies may let go.
-	nsMeta := &metav1.PartialObjectMetadata{}
-	nsMeta.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "Namespace"})
+	nsMeta := metaRef(namespaceGVK, "", "")
 	err := builder.ControllerManagedBy(mgr).
 		Named("namespace").
 		WatchesMetadata(nsMeta, &handler.Funcs{
@@ -331,8 +332,7 @@ func (e *Engine) namespaceTerminating(ctx context.Context, ns string) bool {
 }
 
 func (e *Engine) namespace(ctx context.Context, ns string) (*metav1.PartialObjectMetadata, error) {
-	m := &metav1.PartialObjectMetadata{}
-	m.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "Namespace"})
+	m := metaRef(namespaceGVK, "", ns)
 	err := e.client.Get(ctx, client.ObjectKey{Name: ns}, m)
 	return m, err
 }

@@ -15,6 +15,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
+// metaRef is a metadata-only reference to one object, for metadata reads and patches.
+func metaRef(gvk schema.GroupVersionKind, namespace, name string) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(gvk)
+	m.SetNamespace(namespace)
+	m.SetName(name)
+	return m
+}
+
 // writeFinalizers replaces the finalizers of the object whose metadata (as read) is obj. The patch
 // carries obj's resourceVersion, so the API server rejects it with a conflict if anyone changed
 // the object since it was read: a JSON merge patch replaces the whole list, and without the lock a
@@ -30,10 +39,7 @@ func (e *Engine) writeFinalizers(ctx context.Context, gvk schema.GroupVersionKin
 	if err != nil {
 		return "", err
 	}
-	target := &metav1.PartialObjectMetadata{}
-	target.SetGroupVersionKind(gvk)
-	target.SetNamespace(obj.Namespace)
-	target.SetName(obj.Name)
+	target := metaRef(gvk, obj.Namespace, obj.Name)
 	if err := e.client.Patch(ctx, target, client.RawPatch(types.MergePatchType, data)); err != nil {
 		return "", err
 	}
@@ -64,8 +70,7 @@ func (e *Engine) removeFinalizer(ctx context.Context, gvk schema.GroupVersionKin
 	obj, fromCache := e.watches.Get(gvk, namespace, name)
 	for range maxConflictRetries {
 		if !fromCache {
-			obj = &metav1.PartialObjectMetadata{}
-			obj.SetGroupVersionKind(gvk)
+			obj = metaRef(gvk, namespace, name)
 			if err := e.reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj); err != nil {
 				if apierrors.IsNotFound(err) {
 					return false, nil
@@ -110,9 +115,5 @@ func (e *Engine) patchOutFinalizer(ctx context.Context, gvk schema.GroupVersionK
 	if err != nil {
 		return err
 	}
-	target := &metav1.PartialObjectMetadata{}
-	target.SetGroupVersionKind(gvk)
-	target.SetNamespace(obj.Namespace)
-	target.SetName(obj.Name)
-	return e.client.Patch(ctx, target, client.RawPatch(types.JSONPatchType, data))
+	return e.client.Patch(ctx, metaRef(gvk, obj.Namespace, obj.Name), client.RawPatch(types.JSONPatchType, data))
 }

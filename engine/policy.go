@@ -195,12 +195,7 @@ func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, c
 		}
 	}
 	kept := slices.DeleteFunc(slices.Clone(v.Object.GetFinalizers()), func(f string) bool { return f == FinalizerPolicy })
-	m := &metav1.PartialObjectMetadata{}
-	m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind(r.kind))
-	m.SetNamespace(v.Object.GetNamespace())
-	m.SetName(v.Object.GetName())
-	m.SetResourceVersion(v.Object.GetResourceVersion())
-	if _, err := r.writeFinalizers(ctx, m.GroupVersionKind(), m, kept); err != nil {
+	if _, err := r.writePolicyFinalizers(ctx, v.Object, kept); err != nil {
 		if apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
@@ -223,18 +218,21 @@ func (r *policyReconciler) ensureFinalizer(ctx context.Context, obj client.Objec
 	if slices.Contains(obj.GetFinalizers(), FinalizerPolicy) {
 		return nil
 	}
-	m := &metav1.PartialObjectMetadata{}
-	m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind(r.kind))
-	m.SetNamespace(obj.GetNamespace())
-	m.SetName(obj.GetName())
-	m.SetResourceVersion(obj.GetResourceVersion())
-	rv, err := r.writeFinalizers(ctx, m.GroupVersionKind(), m, append(slices.Clone(obj.GetFinalizers()), FinalizerPolicy))
+	rv, err := r.writePolicyFinalizers(ctx, obj, append(slices.Clone(obj.GetFinalizers()), FinalizerPolicy))
 	if err != nil {
 		return fmt.Errorf("adding finalizer %s: %w", FinalizerPolicy, err)
 	}
 	obj.SetFinalizers(append(obj.GetFinalizers(), FinalizerPolicy))
 	obj.SetResourceVersion(rv) // so that this reconcile's status update is not a conflict
 	return nil
+}
+
+// writePolicyFinalizers sets the policy's own finalizers, locked to the version obj was read at.
+func (r *policyReconciler) writePolicyFinalizers(ctx context.Context, obj client.Object, finalizers []string) (string, error) {
+	gvk := v1alpha1.GroupVersion.WithKind(r.kind)
+	m := metaRef(gvk, obj.GetNamespace(), obj.GetName())
+	m.SetResourceVersion(obj.GetResourceVersion())
+	return r.writeFinalizers(ctx, gvk, m, finalizers)
 }
 
 // writeStatus counts what the policy protects and runs, and writes the status if it changed.

@@ -142,8 +142,7 @@ func (r *runReconciler) readTarget(ctx context.Context, key TargetKey, uid types
 	if m, ok := r.watches.Get(key.GVK, key.Namespace, key.Name); ok && m.UID == uid && m.Annotations[AnnotationAbandon] == "" {
 		return m, nil
 	}
-	live := &metav1.PartialObjectMetadata{}
-	live.SetGroupVersionKind(key.GVK)
+	live := metaRef(key.GVK, key.Namespace, key.Name)
 	err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, live)
 	switch {
 	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):

@@ -335,10 +335,7 @@ func snapshotOf(obj map[string]any, key TargetKey) ([]byte, error) {
 
 // targetRef is an object events can be recorded on.
 func targetRef(key TargetKey, obj metav1.Object) runtime.Object {
-	m := &metav1.PartialObjectMetadata{}
-	m.SetGroupVersionKind(key.GVK)
-	m.SetNamespace(key.Namespace)
-	m.SetName(key.Name)
+	m := metaRef(key.GVK, key.Namespace, key.Name)
 	m.SetUID(obj.GetUID())
 	m.SetResourceVersion(obj.GetResourceVersion())
 	return m
