@@ -106,11 +106,11 @@ func TestBackoffOverflow(t *testing.T) {
 
 func TestCapAt(t *testing.T) {
 	now := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
-	at := func(x time.Duration) *metav1.Time { tm := metav1.NewTime(now.Add(x)); return &tm }
+	at := func(x time.Duration) *metav1.MicroTime { tm := metav1.NewMicroTime(now.Add(x)); return &tm }
 	tests := []struct {
 		name     string
 		d        time.Duration
-		deadline *metav1.Time
+		deadline *metav1.MicroTime
 		want     time.Duration
 	}{
 		{"no deadline", 10 * time.Second, nil, 10 * time.Second},

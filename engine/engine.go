@@ -75,8 +75,13 @@ type KindFactory func(Deps) steps.Kind
 // Deps are what step kinds may use.
 type Deps struct {
 	Client client.Client
+	// Reader reads from the API server, bypassing the cache (for objects the operator does not
+	// watch, such as Secrets).
 	Reader client.Reader
 	Lister *Lister
+	// Wake queues a run for a reconcile now, for a step whose work finished outside a reconcile
+	// (an HTTP response that came after the reconcile stopped waiting for it).
+	Wake func(run types.NamespacedName)
 }
 
 // Engine wires the reconcilers together.
@@ -94,6 +99,7 @@ type Engine struct {
 	runs     queueRef[reconcile.Request]
 	policies map[string]*queueRef[reconcile.Request]
 	lookups  *interest
+	written  *writtenVersions
 }
 
 var namespaceGVK = schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}
@@ -135,11 +141,13 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...Kind
 		registry: policy.NewRegistry(),
 		policies: map[string]*queueRef[reconcile.Request]{policy.KindNamespaced: {}, policy.KindCluster: {}},
 		lookups:  newInterest(),
+		written:  newWrittenVersions(),
 		metrics:  newMetrics(),
 	}
 	e.events = newEventSink(mgr.GetEventRecorder("teardown-operator"), e.namespaceTerminating)
 	lister := &Lister{reader: mgr.GetAPIReader(), mapper: mgr.GetRESTMapper()}
-	deps := Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Lister: lister}
+	deps := Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Lister: lister,
+		Wake: func(run types.NamespacedName) { e.runs.Add(reconcile.Request{NamespacedName: run}) }}
 	var reg steps.Registry
 	for _, f := range kinds {
 		reg = append(reg, f(deps))

@@ -86,7 +86,7 @@ func (e *Engine) removeFinalizer(ctx context.Context, gvk schema.GroupVersionKin
 			return false, nil // a new object with the same name: not ours to touch
 		}
 		fromCache = false
-		err := e.patchOutFinalizer(ctx, gvk, obj, finalizer)
+		_, err := e.patchOutFinalizer(ctx, gvk, obj, finalizer)
 		switch {
 		case err == nil:
 			return true, nil
@@ -100,11 +100,12 @@ func (e *Engine) removeFinalizer(ctx context.Context, gvk schema.GroupVersionKin
 	return true, fmt.Errorf("removing finalizer %s from %s %s/%s: the finalizer list kept changing (%d tries)", finalizer, gvk.Kind, namespace, name, maxConflictRetries)
 }
 
-// patchOutFinalizer removes finalizer from the object obj describes, if obj still carries it.
-func (e *Engine) patchOutFinalizer(ctx context.Context, gvk schema.GroupVersionKind, obj *metav1.PartialObjectMetadata, finalizer string) error {
+// patchOutFinalizer removes finalizer from the object obj describes, if obj still carries it,
+// and returns the object's new resourceVersion (empty when there was nothing to remove).
+func (e *Engine) patchOutFinalizer(ctx context.Context, gvk schema.GroupVersionKind, obj *metav1.PartialObjectMetadata, finalizer string) (string, error) {
 	i := slices.Index(obj.Finalizers, finalizer)
 	if i < 0 {
-		return nil
+		return "", nil
 	}
 	ops := []map[string]any{
 		{"op": "test", "path": "/metadata/uid", "value": obj.UID},
@@ -113,7 +114,11 @@ func (e *Engine) patchOutFinalizer(ctx context.Context, gvk schema.GroupVersionK
 	}
 	data, err := json.Marshal(ops)
 	if err != nil {
-		return err
+		return "", err
 	}
-	return e.client.Patch(ctx, metaRef(gvk, obj.Namespace, obj.Name), client.RawPatch(types.JSONPatchType, data))
+	out := metaRef(gvk, obj.Namespace, obj.Name)
+	if err := e.client.Patch(ctx, out, client.RawPatch(types.JSONPatchType, data)); err != nil {
+		return "", err
+	}
+	return out.ResourceVersion, nil
 }

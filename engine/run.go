@@ -44,12 +44,8 @@ type runReconciler struct {
 }
 
 func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	cached := &v1alpha1.TeardownRun{}
-	if err := r.client.Get(ctx, req.NamespacedName, cached); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.trackWatches(req, nil)
-			return reconcile.Result{}, nil
-		}
+	cached, err := r.readRun(ctx, req.NamespacedName)
+	if err != nil || cached == nil {
 		return reconcile.Result{}, err
 	}
 	p, err := r.newPass(ctx, cached)
@@ -66,6 +62,7 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, err
 	}
 	if err := r.commit(ctx, p); err != nil {
+		r.written.set(req.NamespacedName, unknownVersion)
 		if apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
@@ -77,6 +74,25 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return r.cleanUp(ctx, p.run)
 	}
 	return res, nil
+}
+
+// readRun reads a run from the cache, or from the API server when the cache may not hold this
+// engine's last write to it (see writtenVersions). It returns nil once the run is gone.
+func (r *runReconciler) readRun(ctx context.Context, key types.NamespacedName) (*v1alpha1.TeardownRun, error) {
+	run := &v1alpha1.TeardownRun{}
+	err := r.client.Get(ctx, key, run)
+	if err == nil && r.written.stale(key, run.ResourceVersion) {
+		err = r.reader.Get(ctx, key, run)
+	}
+	if apierrors.IsNotFound(err) {
+		r.written.forget(key)
+		r.trackWatches(reconcile.Request{NamespacedName: key}, nil)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return run, nil
 }
 
 // trusted checks that a run's spec is one the engine could have written: its finalizer is its
@@ -208,7 +224,7 @@ func (p *pass) start() {
 	now := metav1.NewTime(p.now)
 	st.StartTime = &now
 	if to := p.run.Spec.Pipeline.Timeout; to != nil && to.Duration > 0 {
-		d := metav1.NewTime(p.now.Add(to.Duration))
+		d := metav1.NewMicroTime(p.now.Add(to.Duration))
 		st.Deadline = &d
 	}
 	st.Steps = make([]v1alpha1.StepStatus, 0, len(p.run.Spec.Pipeline.Steps))
@@ -293,7 +309,7 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 		now := metav1.NewTime(p.now)
 		ss.Phase, ss.StartTime, ss.Attempts = v1alpha1.StepRunning, &now, 1
 		if to := step.Spec.Timeout; to != nil && to.Duration > 0 {
-			d := metav1.NewTime(p.now.Add(to.Duration))
+			d := metav1.NewMicroTime(p.now.Add(to.Duration))
 			ss.Deadline = &d
 		}
 		p.stepNote(name, false, ReasonStepStarted, "Step %s (%s) started", name, step.Kind)
@@ -350,9 +366,9 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 		// A zero backoff still needs a requeue: RequeueAfter 0 would mean "no requeue" and the
 		// run's own status write does not wake it.
 		wait = max(wait, minRetryDelay)
-		at := metav1.NewTime(p.now.Add(wait))
-		ss.RetryTime = &at
-		ss.NextCheckTime = &at
+		at := metav1.NewMicroTime(p.now.Add(wait))
+		next := metav1.NewTime(at.Time)
+		ss.RetryTime, ss.NextCheckTime = &at, &next
 		ss.Message = fmt.Sprintf("attempt %d failed: %s; retrying in %s", ss.Attempts, result.Message, wait.Round(time.Millisecond))
 		p.stepNote(name, true, ReasonStepRetrying, "Step %s: %s", name, ss.Message)
 		return reconcile.Result{RequeueAfter: capAt(wait, p.now, ss.Deadline)}, false
@@ -483,11 +499,15 @@ func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) 
 		}
 		m := &metav1.PartialObjectMetadata{ObjectMeta: run.ObjectMeta}
 		m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
-		if err := r.patchOutFinalizer(ctx, m.GroupVersionKind(), m, FinalizerRun); err != nil {
+		rv, err := r.patchOutFinalizer(ctx, m.GroupVersionKind(), m, FinalizerRun)
+		if err != nil {
 			if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
 				return reconcile.Result{RequeueAfter: conflictRetry}, nil
 			}
 			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+		if rv != "" {
+			r.written.set(client.ObjectKeyFromObject(run), rv)
 		}
 	}
 	if r.opts.RunRetention <= 0 || run.Status.CompletionTime == nil || run.DeletionTimestamp != nil {
@@ -505,7 +525,11 @@ func (r *runReconciler) commit(ctx context.Context, p *pass) error {
 	if equality.Semantic.DeepEqual(p.orig.Status, p.run.Status) {
 		return nil
 	}
-	return r.client.Status().Patch(ctx, p.run, client.MergeFromWithOptions(p.orig, client.MergeFromWithOptimisticLock{}))
+	if err := r.client.Status().Patch(ctx, p.run, client.MergeFromWithOptions(p.orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return err
+	}
+	r.written.set(client.ObjectKeyFromObject(p.run), p.run.ResourceVersion)
+	return nil
 }
 
 // trackWatches makes lookups' kinds watched while a run waits on them, and unwatched after.
@@ -588,7 +612,7 @@ func (p *pass) capAtDeadline(res reconcile.Result) reconcile.Result {
 }
 
 // capAt shortens d so that a wait ends no later than deadline.
-func capAt(d time.Duration, now time.Time, deadline *metav1.Time) time.Duration {
+func capAt(d time.Duration, now time.Time, deadline *metav1.MicroTime) time.Duration {
 	if deadline != nil {
 		if left := deadline.Sub(now); left < d {
 			return max(left, time.Millisecond)

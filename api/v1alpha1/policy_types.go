@@ -143,8 +143,8 @@ type WaitStep struct {
 	Interval *metav1.Duration `json:"interval,omitempty"`
 }
 
-// Step is one action of a teardown pipeline. Exactly one kind (wait) is set.
-// +kubebuilder:validation:XValidation:rule="[has(self.wait)].filter(k, k).size() == 1",message="set exactly one step kind: wait"
+// Step is one action of a teardown pipeline. Exactly one kind (wait or http) is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.wait), has(self.http)].filter(k, k).size() == 1",message="set exactly one step kind: wait or http"
 type Step struct {
 	// name identifies the step in the pipeline and in `steps.<name>` expressions: a DNS label,
 	// unique in the policy.
@@ -181,6 +181,10 @@ type Step struct {
 	// wait pauses the pipeline for a duration or until a condition holds.
 	// +optional
 	Wait *WaitStep `json:"wait,omitempty"`
+
+	// http calls an HTTP endpoint, optionally polling it until a condition holds.
+	// +optional
+	HTTP *HTTPStep `json:"http,omitempty"`
 }
 
 // Pipeline is the part of a policy that a run executes: the steps and what bounds them.

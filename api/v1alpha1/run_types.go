@@ -105,12 +105,13 @@ type StepStatus struct {
 	// bring that forward).
 	// +optional
 	NextCheckTime *metav1.Time `json:"nextCheckTime,omitempty"`
-	// retryTime is when the next attempt starts, after a failed one.
+	// retryTime is when the next attempt starts, after a failed one. It is precise to the
+	// microsecond, so that short backoffs and Retry-After are kept exactly.
 	// +optional
-	RetryTime *metav1.Time `json:"retryTime,omitempty"`
+	RetryTime *metav1.MicroTime `json:"retryTime,omitempty"`
 	// deadline is when the step times out.
 	// +optional
-	Deadline *metav1.Time `json:"deadline,omitempty"`
+	Deadline *metav1.MicroTime `json:"deadline,omitempty"`
 	// message says what happened last, in words.
 	// +optional
 	Message string `json:"message,omitempty"`
@@ -139,7 +140,7 @@ type TeardownRunStatus struct {
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 	// deadline is when the whole pipeline times out.
 	// +optional
-	Deadline *metav1.Time `json:"deadline,omitempty"`
+	Deadline *metav1.MicroTime `json:"deadline,omitempty"`
 	// abandonedBy says who broke glass, and how.
 	// +optional
 	AbandonedBy string `json:"abandonedBy,omitempty"`

@@ -5,7 +5,9 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,6 +20,7 @@ import (
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine"
 	"github.com/teardown-dev/teardown-operator/steps/builtin"
+	"github.com/teardown-dev/teardown-operator/steps/httpstep"
 )
 
 func main() {
@@ -34,7 +37,8 @@ func run() error {
 		targetWorkers, runWorkers               int
 		retention, stuckAfter, resync           time.Duration
 		qps                                     float64
-		burst                                   int
+		burst, httpInFlight                     int
+		httpAllowed                             string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
@@ -49,6 +53,11 @@ func run() error {
 	flag.DurationVar(&resync, "resync-period", 10*time.Hour, "Resync period of the target watches.")
 	flag.Float64Var(&qps, "kube-api-qps", -1, "Client-side limit on API requests per second; negative disables it and leaves fairness to the API server (API Priority and Fairness).")
 	flag.IntVar(&burst, "kube-api-burst", 0, "Client-side burst of API requests, when --kube-api-qps is positive.")
+	flag.StringVar(&httpAllowed, "http-allowed-destinations", "",
+		"Comma-separated IP addresses or CIDR ranges, each optionally with :port (\"10.20.0.0/16\", \"127.0.0.1:8443\", \"[fd00::1]:443\"), "+
+			"that http steps of TeardownPolicies may reach although they are loopback, link-local, private or the API server. "+
+			"ClusterTeardownPolicies are not restricted.")
+	flag.IntVar(&httpInFlight, "http-max-in-flight", httpstep.DefaultMaxInFlight, "HTTP requests of http steps running at once; more wait for a free slot.")
 	zopts := zap.Options{}
 	zopts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -82,6 +91,10 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
+	httpOpts, err := httpOptions(httpAllowed, httpInFlight, cfg.Host)
+	if err != nil {
+		return err
+	}
 	ctx := ctrl.SetupSignalHandler()
 	if _, err := engine.Setup(ctx, mgr, engine.Options{
 		RunNamespace:  runNS,
@@ -90,7 +103,7 @@ func run() error {
 		RunRetention:  retention,
 		StuckAfter:    stuckAfter,
 		Resync:        resync,
-	}, builtin.Kinds()...); err != nil {
+	}, builtin.Kinds(builtin.Options{HTTP: httpOpts})...); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -101,6 +114,31 @@ func run() error {
 	}
 	ctrl.Log.Info("starting", "runNamespace", runNS, "targetWorkers", targetWorkers, "runWorkers", runWorkers)
 	return mgr.Start(ctx)
+}
+
+// httpOptions reads the http step's flags. The API server is refused for TeardownPolicies by its
+// address as this process reaches it and by the in-cluster service address.
+func httpOptions(allowed string, inFlight int, apiHost string) (httpstep.Options, error) {
+	opts := httpstep.Options{MaxInFlight: inFlight, UserAgent: "teardown-operator"}
+	for _, s := range strings.Split(allowed, ",") {
+		if strings.TrimSpace(s) == "" {
+			continue
+		}
+		d, err := httpstep.ParseDestination(s)
+		if err != nil {
+			return opts, fmt.Errorf("--http-allowed-destinations: %w", err)
+		}
+		opts.AllowedDestinations = append(opts.AllowedDestinations, d)
+	}
+	if u, err := url.Parse(apiHost); err == nil && u.Host != "" {
+		opts.APIServerHosts = append(opts.APIServerHosts, u.Host)
+	} else if apiHost != "" {
+		opts.APIServerHosts = append(opts.APIServerHosts, apiHost)
+	}
+	if h := os.Getenv("KUBERNETES_SERVICE_HOST"); h != "" {
+		opts.APIServerHosts = append(opts.APIServerHosts, h)
+	}
+	return opts, nil
 }
 
 func envOr(name, def string) string {

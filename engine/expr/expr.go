@@ -40,6 +40,16 @@ const CostLimit = 1_000_000
 // from JSON (map[string]any, []any, string, float64/int64, bool, nil).
 type Vars map[string]any
 
+// With returns a copy of v that also binds name to value.
+func (v Vars) With(name string, value any) Vars {
+	out := make(Vars, len(v)+1)
+	for k, x := range v {
+		out[k] = x
+	}
+	out[name] = value
+	return out
+}
+
 // Env is a CEL environment. It is safe for concurrent use.
 type Env struct {
 	cel *cel.Env

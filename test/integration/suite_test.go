@@ -30,6 +30,7 @@ import (
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine"
 	"github.com/teardown-dev/teardown-operator/steps/builtin"
+	"github.com/teardown-dev/teardown-operator/steps/httpstep"
 	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
@@ -42,6 +43,10 @@ var (
 	scheme  = runtime.NewScheme()
 	// stopOperator stops the operator the suite started; tests that restart it replace it.
 	stopOperator func()
+	// api is the loopback HTTP server http steps call; TeardownPolicies may reach it (and only
+	// it) among loopback addresses. forbidden is another loopback server that they may not.
+	api, forbidden *endpoint
+	httpOptions    httpstep.Options
 )
 
 func TestIntegration(t *testing.T) {
@@ -66,6 +71,10 @@ var _ = BeforeSuite(func() {
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: runNamespace}})).To(Succeed())
+	api, forbidden = newEndpoint(), newEndpoint()
+	allowed, err := httpstep.ParseDestination(api.srv.Listener.Addr().String())
+	Expect(err).NotTo(HaveOccurred())
+	httpOptions = httpstep.Options{AllowedDestinations: []httpstep.Destination{allowed}, APIServerHosts: []string{cfg.Host}}
 	stopOperator = startOperator()
 })
 
@@ -75,6 +84,11 @@ var _ = AfterSuite(func() {
 	}
 	if testEnv != nil {
 		Expect(testEnv.Stop()).To(Succeed())
+	}
+	for _, e := range []*endpoint{api, forbidden} {
+		if e != nil {
+			e.srv.Close()
+		}
 	}
 })
 
@@ -91,7 +105,7 @@ func startOperator() func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	_, err = engine.Setup(ctx, mgr, engine.Options{
 		RunNamespace: runNamespace, TargetWorkers: 4, RunWorkers: 4, StuckAfter: time.Minute, Resync: time.Hour,
-	}, builtin.Kinds()...)
+	}, builtin.Kinds(builtin.Options{HTTP: httpOptions})...)
 	Expect(err).NotTo(HaveOccurred())
 	done := make(chan struct{})
 	go func() {
