@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
 // samplesDir holds the policies users copy (samples/*.yaml).
@@ -92,6 +94,10 @@ var _ = Describe("Samples", func() {
 	if err != nil {
 		panic(err)
 	}
+	BeforeEach(func() {
+		// The kinds samples protect that Kubernetes does not serve.
+		Expect(framework.InstallCRDs(ctx, k8s, "testdata/manageddatabase")).To(Succeed())
+	})
 
 	It("exist, each opening with a comment that says what it does", func() {
 		Expect(files).NotTo(BeEmpty(), "no samples/*.yaml found")
@@ -134,6 +140,35 @@ var _ = Describe("Samples", func() {
 		Expect(k8s.Delete(ctx, child)).To(Succeed())
 		Eventually(gone(ctx, parent), 10*time.Second).Should(BeTrue())
 		Expect(runPhase(ctx, parent)()).To(Equal(v1alpha1.RunSucceeded))
+	})
+
+	It("managed-database runs its four calls against the database API, keeping the snapshot's id", func() {
+		ns := newNamespace(ctx)
+		api.handle(ns, (&databaseAPI{inProgress: 2}).serve)
+		createSecret(ctx, ns, "db-api", map[string]string{"token": dbToken})
+		objs := loadSample(samplePath("managed-database.yaml"))
+		Expect(objs).To(HaveLen(1))
+		// The sample, pointed at the loopback API and polling every second instead of 15s.
+		js, err := objs[0].MarshalJSON()
+		Expect(err).NotTo(HaveOccurred())
+		js = bytes.ReplaceAll(js, []byte("https://db-api.example.com"), []byte(api.url(ns, "")))
+		js = bytes.ReplaceAll(js, []byte(`"interval":"15s"`), []byte(`"interval":"1s"`))
+		p := &v1alpha1.TeardownPolicy{}
+		Expect(json.Unmarshal(js, p)).To(Succeed())
+		p.Namespace = ns
+		Expect(k8s.Create(ctx, p, client.FieldValidation("Strict"))).To(Succeed())
+		expectReady(ctx, p, metav1.ConditionTrue)
+
+		db := managedDatabase(ns, "orders", "db-42")
+		Expect(k8s.Create(ctx, db)).To(Succeed())
+		Eventually(finalizers(ctx, db), 10*time.Second).Should(ContainElement(finalizerOf(p)))
+		Expect(k8s.Delete(ctx, db)).To(Succeed())
+		Eventually(gone(ctx, db), 30*time.Second).Should(BeTrue())
+		run := runFor(ctx, db)()
+		Expect(run.Status.Phase).To(Equal(v1alpha1.RunSucceeded))
+		Expect(string(run.Status.Step("snapshot").Outputs["snapshotID"].Raw)).To(Equal(`"snap-7781"`))
+		Expect(api.calls(ns, "GET ")()).To(Equal(3))
+		Expect(api.calls(ns, "DELETE ")()).To(Equal(1))
 	})
 
 	It("statefulset-pod holds StatefulSet pods in selected namespaces until their claims are released", func() {
