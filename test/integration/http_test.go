@@ -227,9 +227,6 @@ var _ = Describe("HTTP steps", func() {
 		server.complete()
 		Eventually(gone(ctx, db), 30*time.Second).Should(BeTrue())
 
-		for _, r := range api.requests(ns) {
-			GinkgoWriter.Printf("REQ %s %s %s %s\n", r.At.Format("15:04:05.000"), r.Method, r.Path, r.Header.Get(httpstep.HeaderIdempotencyKey))
-		}
 		Expect(api.calls(ns, "POST /"+ns+"/v1/instances/db-42/snapshots")()).To(Equal(1), "the snapshot is taken once")
 		Expect(api.calls(ns, "POST /"+ns+"/v1/instances/db-42/maintenance")()).To(Equal(1))
 		Expect(api.calls(ns, "DELETE ")()).To(Equal(1))
