@@ -2,9 +2,11 @@ package httpstep
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -207,7 +209,8 @@ func (k *Kind) Compile(cc steps.CompileContext, s *v1alpha1.Step, path *field.Pa
 		errs = append(errs, field.TooMany(p.Child("outputs"), len(h.Outputs), 16))
 	}
 	a.outputs = map[string]*expr.Program{}
-	for name, src := range h.Outputs {
+	for _, name := range slices.Sorted(maps.Keys(h.Outputs)) {
+		src := h.Outputs[name]
 		op := p.Child("outputs").Key(name)
 		if !outputName.MatchString(name) {
 			errs = append(errs, field.Invalid(op, name, "an output name must be a CEL identifier (letters, digits and _, not starting with a digit), at most 63 characters"))
