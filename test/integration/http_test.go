@@ -255,6 +255,11 @@ var _ = Describe("HTTP steps", func() {
 		Expect(ss.Attempts).To(Equal(int32(2)))
 		Expect(ss.Message).To(ContainSubstring("200 OK"))
 		Expect(api.requests(ns)).To(HaveLen(2))
+		for _, r := range api.requests(ns) {
+			Expect(r.Header.Values("Authorization")).To(BeEmpty(), "no credential the policy does not name")
+			Expect(r.Header.Values("Cookie")).To(BeEmpty())
+			Expect(r.Header.Values("Proxy-Authorization")).To(BeEmpty())
+		}
 		Expect(probe().EventNotes(ctx, runFor(ctx, cm)())()).To(ContainElement(And(
 			ContainSubstring("StepRetrying"), ContainSubstring("503 Service Unavailable"), ContainSubstring("database is busy"))))
 	})
