@@ -49,11 +49,14 @@ func ParseDestination(s string) (Destination, error) {
 			return Destination{}, fmt.Errorf("%q: missing ]", s)
 		}
 		host, port = s[1:end], strings.TrimPrefix(s[end+1:], ":")
-		if s[end+1:] != "" && !strings.HasPrefix(s[end+1:], ":") {
+		if rest := s[end+1:]; rest != "" && (!strings.HasPrefix(rest, ":") || port == "") {
 			return Destination{}, fmt.Errorf("%q: expected :port after ]", s)
 		}
 	case strings.Count(s, ":") == 1:
 		host, port, _ = strings.Cut(s, ":")
+		if port == "" {
+			return Destination{}, fmt.Errorf("%q: empty port after :", s)
+		}
 	}
 	var d Destination
 	var err error
@@ -66,6 +69,10 @@ func ParseDestination(s string) (Destination, error) {
 	}
 	if err != nil {
 		return Destination{}, fmt.Errorf("%q is not an IP address or CIDR range (host names cannot be allowed: they can resolve anywhere)", s)
+	}
+	// Addresses are checked unmapped (::ffff:10.0.0.1 is 10.0.0.1), so ranges are kept so too.
+	if a := d.Prefix.Addr(); a.Is4In6() && d.Prefix.Bits() >= 96 {
+		d.Prefix = netip.PrefixFrom(a.Unmap(), d.Prefix.Bits()-96)
 	}
 	d.Prefix = d.Prefix.Masked()
 	if port != "" {

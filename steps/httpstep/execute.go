@@ -148,15 +148,23 @@ func (a *action) evaluate(ctx context.Context, in *steps.Input, x *exchange, st 
 	if x.err != nil {
 		return a.failedRequest(x)
 	}
+	// The status line is the server's text: it may echo a credential too.
+	x.line = r.text(x.line)
 	if x.tooLarge {
 		return steps.Fail(false, "%s: %s: the response body is larger than %d bytes (1 MiB), the most a step reads", x.req, x.line, MaxBodyBytes)
 	}
 	vars := in.Vars.With(VarResponse, x.view())
-	ok := x.status >= 200 && x.status < 300
+	is2xx := x.status >= 200 && x.status < 300
+	ok := is2xx
+	var condErr error
 	if a.success != nil {
-		var err error
-		if ok, err = a.success.EvalBool(ctx, vars); err != nil {
-			return steps.Fail(false, "%s: %s: successCondition: %s", x.req, x.line, r.text(err.Error()))
+		// A condition written for the success answer often cannot be evaluated over an error
+		// answer (no such field): then the status decides, as for a false condition.
+		if ok, condErr = a.success.EvalBool(ctx, vars); condErr != nil {
+			ok = false
+			if is2xx && a.poll == 0 {
+				return steps.Fail(false, "%s: %s: successCondition: %s", x.req, x.line, r.text(condErr.Error()))
+			}
 		}
 	}
 	if ok {
@@ -168,8 +176,12 @@ func (a *action) evaluate(ctx context.Context, in *steps.Input, x *exchange, st 
 		res.Outputs = outputs
 		return res
 	}
-	if a.poll > 0 && x.status >= 200 && x.status < 300 {
+	if a.poll > 0 && is2xx {
 		st.next = in.Now.Add(a.poll)
+		if condErr != nil {
+			return steps.Waiting(a.poll, "%s: %s; successCondition cannot be evaluated yet (%s) after %d requests; asking again every %s",
+				x.req, x.line, r.text(condErr.Error()), st.requests, a.poll)
+		}
 		return steps.Waiting(a.poll, "%s: %s; successCondition is false after %d requests; asking again every %s", x.req, x.line, st.requests, a.poll)
 	}
 	retry, _ := retryablehttp.ErrorPropagatedRetryPolicy(context.Background(), &http.Response{StatusCode: x.status}, nil)

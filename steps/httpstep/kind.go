@@ -264,7 +264,12 @@ func (a *action) compileHeaders(cc steps.CompileContext, hs []v1alpha1.HTTPHeade
 		default:
 			t, err := cc.Env.CompileTemplate(h.Value)
 			if err != nil {
-				errs = append(errs, field.Invalid(hp.Child("value"), redactedIf(out.sensitive, h.Value), err.Error()))
+				detail := err.Error()
+				if out.sensitive {
+					// The template error quotes the value: say less rather than show a credential.
+					detail = "invalid ${...} interpolation (details not shown: the value is a credential)"
+				}
+				errs = append(errs, field.Invalid(hp.Child("value"), redactedIf(out.sensitive, h.Value), detail))
 				continue
 			}
 			out.value = t

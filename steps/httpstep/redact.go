@@ -1,6 +1,7 @@
 package httpstep
 
 import (
+	"encoding/json"
 	"net/url"
 	"sort"
 	"strings"
@@ -50,6 +51,12 @@ func (r *redactor) value(v any) any {
 	switch x := v.(type) {
 	case string:
 		return r.text(x)
+	case json.Number:
+		// A number that is a secret (a numeric PIN or account key) becomes the redaction string.
+		if s := string(x); r.text(s) != s {
+			return redacted
+		}
+		return x
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, e := range x {
@@ -78,10 +85,11 @@ func (r *redactor) excerpt(body []byte, n int) string {
 	s := r.text(string(body))
 	cut := len(s) > n
 	if cut {
-		s = s[:n]
-		for len(s) > 0 && !utf8.ValidString(s) {
-			s = s[:len(s)-1]
+		// Cut at the start of the rune the limit falls in, not inside it.
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
 		}
+		s = s[:n]
 	}
 	s = strings.ToValidUTF8(s, "?")
 	s = strings.Map(func(c rune) rune {

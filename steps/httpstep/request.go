@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -32,9 +33,9 @@ func (a *action) prepare(ctx context.Context, in *steps.Input) (*request, *steps
 	if req.u, err = a.kind.checkURL(raw, a.namespaced); err != nil {
 		var refused *RefusedError
 		if errors.As(err, &refused) {
-			return nil, failed(false, "%s %s: %v", a.method, raw, err)
+			return nil, failed(false, "%s %s: %v", a.method, withoutPassword(raw), err)
 		}
-		return nil, failed(false, "url %q: %v", raw, err)
+		return nil, failed(false, "url %q: %v", withoutPassword(raw), err)
 	}
 	if pw, ok := req.u.User.Password(); ok {
 		req.redact.add(pw)
@@ -88,6 +89,19 @@ func (a *action) prepare(ctx context.Context, in *steps.Input) (*request, *steps
 	}
 	req.sent = time.Now()
 	return req, nil
+}
+
+// withoutPassword is a URL for messages: with any password replaced.
+func withoutPassword(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	if at := strings.LastIndex(raw, "@"); at >= 0 {
+		if scheme := strings.Index(raw, "://"); scheme >= 0 && scheme < at {
+			return raw[:scheme+3] + redacted + raw[at:]
+		}
+	}
+	return raw
 }
 
 // IdempotencyKey is the Idempotency-Key of every request of one step of one run: the same

@@ -138,7 +138,7 @@ func (c *clientCache) checkRedirect(restricted, follow bool, req *http.Request, 
 	if !strings.EqualFold(req.URL.Scheme, first.Scheme) || !strings.EqualFold(req.URL.Hostname(), first.Hostname()) || portOf(req.URL) != portOf(first) {
 		return &redirectError{fmt.Sprintf("redirect to %s refused: redirects are followed only to the same scheme, host and port as %s://%s", req.URL.Redacted(), first.Scheme, first.Host)}
 	}
-	if len(via) >= maxRedirects {
+	if len(via) > maxRedirects {
 		return &redirectError{fmt.Sprintf("stopped after %d redirects", maxRedirects)}
 	}
 	return nil
