@@ -55,7 +55,7 @@ func ParseDestination(s string) (Destination, error) {
 	case strings.Count(s, ":") == 1:
 		host, port, _ = strings.Cut(s, ":")
 		if port == "" {
-			return Destination{}, fmt.Errorf("%q: empty port after :", s)
+			return Destination{}, fmt.Errorf("%q: the port is empty", s)
 		}
 	}
 	var d Destination

@@ -53,7 +53,9 @@ func (c *calls) start(key string, req *request, do func() *exchange, wake func()
 	default:
 		return nil, errBusy
 	}
-	cl := &call{done: make(chan struct{}), req: req}
+	// The caller waits for the call right away: marked so, a call that ends before the wait
+	// begins wakes no one.
+	cl := &call{done: make(chan struct{}), req: req, waiting: true}
 	c.mu.Lock()
 	c.sweep()
 	c.byKey[key] = cl

@@ -47,7 +47,8 @@ func (a *action) prepare(ctx context.Context, in *steps.Input) (*request, *steps
 			if fail != nil {
 				return nil, fail
 			}
-			v = string(data)
+			// Files made into Secrets often end in a newline, which no header value may hold.
+			v = strings.TrimRight(string(data), "\r\n")
 			req.redact.add(v)
 		} else {
 			if v, err = h.value.Render(ctx, in.Vars); err != nil {
