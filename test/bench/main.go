@@ -5,7 +5,13 @@
 //
 // The operator runs as its own process with its default flags, as a user would run it.
 //
+// With -step http the policy's one step is instead an http step that POSTs to a server the
+// benchmark runs on 127.0.0.1 (the operator gets --http-allowed-destinations for it, and a known
+// metrics port); the benchmark also prints the requests received, duplicates, the time from
+// delete to request and from request to gone, and the operator's own step-duration histogram.
+//
 //	go run ./test/bench -n 1000
+//	go run ./test/bench -n 1000 -step http
 package main
 
 import (
@@ -30,7 +36,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
@@ -49,6 +54,8 @@ type options struct {
 	operatorBin string
 	timeout     time.Duration
 	extraArgs   string
+	step        string
+	httpDelay   time.Duration
 }
 
 func main() {
@@ -61,7 +68,13 @@ func main() {
 	flag.StringVar(&o.operatorBin, "operator", "bin/teardown-operator", "operator binary (make build)")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
 	flag.StringVar(&o.extraArgs, "operator-args", "", "extra operator flags, space-separated (the default is none: production defaults)")
+	flag.StringVar(&o.step, "step", "wait", "the policy's one step: wait (duration 0) or http (a POST to a local server)")
+	flag.DurationVar(&o.httpDelay, "http-delay", 0, "with -step http, how long the local server waits before it answers")
 	flag.Parse()
+	if o.step != "wait" && o.step != "http" {
+		fmt.Fprintf(os.Stderr, "bench: -step must be wait or http, not %q\n", o.step)
+		os.Exit(2)
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -106,7 +119,25 @@ func run(o options) error {
 		return err
 	}
 
-	op, err := startOperator(o, kubeconfig)
+	var (
+		ep          *endpoint
+		metricsAddr string
+		modeArgs    []string
+		step        = framework.WaitStep("noop", 0)
+	)
+	if o.step == "http" {
+		if ep, err = startEndpoint(o.httpDelay); err != nil {
+			return err
+		}
+		defer ep.stop()
+		if metricsAddr, err = freeAddr(); err != nil {
+			return err
+		}
+		modeArgs = []string{"--metrics-bind-address=" + metricsAddr, "--http-allowed-destinations=" + ep.addr()}
+		step = httpStep(ep.addr())
+		fmt.Printf("http endpoint %s, operator metrics %s\n", ep.addr(), metricsAddr)
+	}
+	op, err := startOperator(o, kubeconfig, modeArgs...)
 	if err != nil {
 		return err
 	}
@@ -116,7 +147,7 @@ func run(o options) error {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return err
 	}
-	p := framework.NamespacedPolicy(ns, "bench", framework.WaitStep("noop", 0))
+	p := framework.NamespacedPolicy(ns, "bench", step)
 	if err := c.Create(ctx, p); err != nil {
 		return err
 	}
@@ -125,7 +156,7 @@ func run(o options) error {
 	if err := forEach(ctx, o.n, o.parallel, func(i int) error {
 		return c.Create(ctx, framework.ConfigMap(ns, name(i), map[string]string{"app": "bench"}))
 	}); err != nil {
-		return err
+		return fmt.Errorf("creating ConfigMaps: %w", err)
 	}
 	if err := waitFor(ctx, 5*time.Minute, func() (bool, error) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
@@ -138,7 +169,7 @@ func run(o options) error {
 	protectTime := time.Since(createStart)
 	rssIdle := op.rss()
 
-	gone, err := watchDeletions(ctx, c, ns)
+	gone, err := watchDeletions(ctx, c, ns, o.n)
 	if err != nil {
 		return err
 	}
@@ -153,13 +184,24 @@ func run(o options) error {
 		deletedAt[i] = time.Now()
 		return c.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name(i)}})
 	}); err != nil {
-		return err
+		diagnose(o, c, ns, gone.snapshot(), ep, metricsAddr)
+		return fmt.Errorf("deleting ConfigMaps: %w", err)
 	}
+	stopProgress := progress(o, gone, ep, start)
 	goneAt, err := gone.wait(ctx, o.n)
+	stopProgress()
 	if err != nil {
-		return err
+		snap := gone.snapshot()
+		diagnose(o, c, ns, snap, ep, metricsAddr)
+		return fmt.Errorf("waiting for %d targets to be gone (%d seen gone): %w", o.n, countTargets(snap), err)
 	}
 	total := time.Since(start)
+	if restarts, inferred := gone.resumed(); len(restarts) > 0 {
+		fmt.Printf("note: the deletion watch was closed %d times and resumed; %d deletions were found by a re-list (timed at the re-list):\n", len(restarts), inferred)
+		for _, r := range restarts {
+			fmt.Printf("      %s (%s after the first delete)\n", r.text, r.at.Sub(start).Round(time.Millisecond))
+		}
+	}
 	// Let the operator's last writes (run finalizers, policy status) land before counting.
 	time.Sleep(3 * time.Second)
 	after, err := writeCounts(ctx, cs)
@@ -183,7 +225,11 @@ func run(o options) error {
 		}
 	}
 
-	fmt.Printf("\nteardown benchmark: %d targets, one wait step (duration 0), operator defaults\n", o.n)
+	if o.step == "http" {
+		fmt.Printf("\nteardown benchmark: %d targets, one http step (POST to a local server answering after %s), operator defaults + --http-allowed-destinations\n", o.n, o.httpDelay)
+	} else {
+		fmt.Printf("\nteardown benchmark: %d targets, one wait step (duration 0), operator defaults\n", o.n)
+	}
 	fmt.Printf("  protect %d new objects (create to finalizer):  %s\n", o.n, protectTime.Round(time.Millisecond))
 	fmt.Printf("  first delete to last target gone:            %s  (%.0f targets/s)\n", total.Round(time.Millisecond), float64(o.n)/total.Seconds())
 	fmt.Printf("  delete-to-gone latency p50 / p90 / p99 / max: %s / %s / %s / %s\n",
@@ -203,6 +249,9 @@ func run(o options) error {
 	fmt.Printf("  operator memory: RSS before deletes %s, peak RSS (VmHWM) %s\n", mib(rssIdle), mib(op.peak()))
 	fmt.Printf("  operator CPU during teardown: %.1f s (of %.1f s wall, on %d cores shared with the control plane)\n",
 		(op.cpu() - cpuBefore).Seconds(), total.Seconds(), runtime.NumCPU())
+	if o.step == "http" {
+		return httpReport(ctx, o, ep, metricsAddr, op.log.Name(), deletedAt, goneAt)
+	}
 	return nil
 }
 
@@ -214,7 +263,9 @@ type operator struct {
 	log *os.File
 }
 
-func startOperator(o options, kubeconfig string) (*operator, error) {
+// startOperator starts the operator with the benchmark's base flags, then modeArgs, then the
+// user's -operator-args.
+func startOperator(o options, kubeconfig string, modeArgs ...string) (*operator, error) {
 	logPath := filepath.Join(o.root, "bin", "bench-operator.log")
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -222,6 +273,7 @@ func startOperator(o options, kubeconfig string) (*operator, error) {
 	}
 	cmd := exec.Command(o.operatorBin, "--kubeconfig", kubeconfig, "--run-namespace", "teardown-system",
 		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0")
+	cmd.Args = append(cmd.Args, modeArgs...)
 	cmd.Args = append(cmd.Args, strings.Fields(o.extraArgs)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
@@ -272,53 +324,32 @@ func procStatus(pid int, field string) int64 {
 	return -1
 }
 
-// deletions records when each object of a namespace is seen deleted.
-type deletions struct {
-	mu     sync.Mutex
-	goneAt map[string]time.Time
-	done   chan struct{}
-}
-
-func watchDeletions(ctx context.Context, c client.WithWatch, ns string) (*deletions, error) {
-	w, err := c.Watch(ctx, &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMapList"}}, client.InNamespace(ns))
-	if err != nil {
-		return nil, err
-	}
-	d := &deletions{goneAt: map[string]time.Time{}, done: make(chan struct{})}
+// progress prints, to stderr every 30 s until stopped, how many targets are gone (and in http
+// mode how many requests came), so that a stall shows when it began.
+func progress(o options, d *deletions, ep *endpoint, start time.Time) (stop func()) {
+	done := make(chan struct{})
 	go func() {
-		defer close(d.done)
-		for ev := range w.ResultChan() {
-			if ev.Type != watch.Deleted {
-				continue
+		t := time.NewTicker(30 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
 			}
-			m, ok := ev.Object.(*metav1.PartialObjectMetadata)
-			if !ok {
-				continue
+			msg := fmt.Sprintf("  ... %s: %d of %d targets gone", time.Since(start).Round(time.Second), countTargets(d.snapshot()), o.n)
+			if ep != nil {
+				reqs, _ := ep.requests()
+				total := 0
+				for _, rs := range reqs {
+					total += len(rs)
+				}
+				msg += fmt.Sprintf(", %d requests received for %d targets", total, len(reqs))
 			}
-			d.mu.Lock()
-			d.goneAt[m.Name] = time.Now()
-			d.mu.Unlock()
+			fmt.Fprintln(os.Stderr, msg)
 		}
 	}()
-	return d, nil
-}
-
-// wait returns when n targets are gone.
-func (d *deletions) wait(ctx context.Context, n int) (map[string]time.Time, error) {
-	err := waitFor(ctx, 0, func() (bool, error) {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		count := 0
-		for k := range d.goneAt {
-			if strings.HasPrefix(k, "target-") {
-				count++
-			}
-		}
-		return count >= n, nil
-	})
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.goneAt, err
+	return func() { close(done) }
 }
 
 // writeCounts reads the API server's request counters for mutating verbs, by verb and resource.

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// deletions records when each object of a namespace is seen deleted. The API server may close
+// a watch at any time (it does close slow watchers during a burst of deletions): the watch is
+// then resumed from the last resourceVersion seen, or, when that is too old, the namespace is
+// listed again and the targets missing from the list are taken as gone at that time.
+type deletions struct {
+	mu       sync.Mutex
+	goneAt   map[string]time.Time
+	done     chan struct{}
+	restarts []restart
+	inferred int // deletions found by a re-list rather than seen on the watch
+}
+
+// restart says when and why the watch was started again.
+type restart struct {
+	at   time.Time
+	text string
+}
+
+func configMapList() *metav1.PartialObjectMetadataList {
+	return &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMapList"}}
+}
+
+// watchDeletions starts watching the namespace; n is the number of targets, for re-lists.
+func watchDeletions(ctx context.Context, c client.WithWatch, ns string, n int) (*deletions, error) {
+	w, err := c.Watch(ctx, configMapList(), client.InNamespace(ns))
+	if err != nil {
+		return nil, err
+	}
+	d := &deletions{goneAt: map[string]time.Time{}, done: make(chan struct{})}
+	go d.follow(ctx, c, ns, n, w)
+	return d, nil
+}
+
+func (d *deletions) follow(ctx context.Context, c client.WithWatch, ns string, n int, w watch.Interface) {
+	defer close(d.done)
+	rv := ""
+	for {
+		var lastErr error
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				lastErr = apierrors.FromObject(ev.Object)
+				continue
+			}
+			m, ok := ev.Object.(*metav1.PartialObjectMetadata)
+			if !ok {
+				continue
+			}
+			if ev.Type == watch.Deleted {
+				d.mu.Lock()
+				d.goneAt[m.Name] = time.Now()
+				d.mu.Unlock()
+			}
+			rv = m.ResourceVersion
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return
+		}
+		why := "closed by the API server"
+		if lastErr != nil {
+			why = "ended with " + lastErr.Error()
+		}
+		for {
+			var (
+				how string
+				err error
+			)
+			if rv != "" && !apierrors.IsResourceExpired(lastErr) && !apierrors.IsGone(lastErr) {
+				how = "resumed at resourceVersion " + rv
+				w, err = c.Watch(ctx, configMapList(), client.InNamespace(ns),
+					&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
+			} else {
+				var found int
+				found, rv, err = d.relist(ctx, c, ns, n)
+				how = fmt.Sprintf("re-listed (%d deletions found), resumed at resourceVersion %s", found, rv)
+				if err == nil {
+					w, err = c.Watch(ctx, configMapList(), client.InNamespace(ns),
+						&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
+				}
+			}
+			r := restart{at: time.Now(), text: fmt.Sprintf("deletion watch %s; %s", why, how)}
+			if err != nil {
+				r.text = fmt.Sprintf("deletion watch %s; restarting it failed: %v", why, err)
+			}
+			fmt.Fprintln(os.Stderr, "  ... "+r.text)
+			d.mu.Lock()
+			d.restarts = append(d.restarts, r)
+			d.mu.Unlock()
+			if err == nil {
+				break
+			}
+			lastErr = err // a 410 here makes the next try a re-list
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// relist lists the namespace and records the targets missing from it as gone now.
+func (d *deletions) relist(ctx context.Context, c client.Client, ns string, n int) (int, string, error) {
+	list := configMapList()
+	if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return 0, "", err
+	}
+	present := map[string]bool{}
+	for _, m := range list.Items {
+		present[m.Name] = true
+	}
+	now := time.Now()
+	found := 0
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := range n {
+		if k := name(i); !present[k] {
+			if _, seen := d.goneAt[k]; !seen {
+				d.goneAt[k] = now
+				found++
+			}
+		}
+	}
+	d.inferred += found
+	return found, list.ResourceVersion, nil
+}
+
+// snapshot returns a copy of the deletions seen so far.
+func (d *deletions) snapshot() map[string]time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]time.Time, len(d.goneAt))
+	for k, v := range d.goneAt {
+		out[k] = v
+	}
+	return out
+}
+
+// wait returns when n targets are gone.
+func (d *deletions) wait(ctx context.Context, n int) (map[string]time.Time, error) {
+	err := waitFor(ctx, 0, func() (bool, error) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		count := 0
+		for k := range d.goneAt {
+			if strings.HasPrefix(k, "target-") {
+				count++
+			}
+		}
+		return count >= n, nil
+	})
+	return d.snapshot(), err
+}
+
+// resumed returns the watch's restarts and how many deletions re-lists found.
+func (d *deletions) resumed() ([]restart, int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]restart(nil), d.restarts...), d.inferred
+}
