@@ -38,6 +38,7 @@ func run() error {
 		retention, stuckAfter, resync           time.Duration
 		qps                                     float64
 		burst, httpInFlight                     int
+		httpInlineWait                          time.Duration
 		httpAllowed                             string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
@@ -58,6 +59,8 @@ func run() error {
 			"that http steps of TeardownPolicies may reach although they are loopback, link-local, private or the API server. "+
 			"ClusterTeardownPolicies are not restricted.")
 	flag.IntVar(&httpInFlight, "http-max-in-flight", httpstep.DefaultMaxInFlight, "HTTP requests of http steps running at once; more wait for a free slot.")
+	flag.DurationVar(&httpInlineWait, "http-inline-wait", httpstep.DefaultInlineWait,
+		"How long a reconcile waits for an http step's response before it frees its worker; a later response wakes the run. 0 never waits.")
 	zopts := zap.Options{}
 	zopts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -92,6 +95,10 @@ func run() error {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 	httpOpts, err := httpOptions(httpAllowed, httpInFlight, cfg.Host)
+	if httpInlineWait <= 0 {
+		httpInlineWait = -1 // httpstep.Options: negative is "never", 0 the default
+	}
+	httpOpts.InlineWait = httpInlineWait
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ const (
 	// DefaultMaxInFlight bounds the requests running at once.
 	DefaultMaxInFlight = 256
 	// DefaultInlineWait is how long a reconcile waits for its request before it lets the worker go.
-	DefaultInlineWait = 500 * time.Millisecond
+	DefaultInlineWait = 100 * time.Millisecond
 	// maxRedirects bounds the redirects an opted-in step follows.
 	maxRedirects = 5
 	// excerptBytes is how much of a response body a failure message quotes.
@@ -52,7 +52,9 @@ type Options struct {
 	APIServerHosts []string
 	// MaxInFlight bounds the requests running at once; more wait for a free slot.
 	MaxInFlight int
-	// InlineWait is how long a reconcile waits for its request before returning.
+	// InlineWait is how long a reconcile waits for its request before returning: 0 means
+	// DefaultInlineWait, a negative value not at all (every response is taken by the reconcile
+	// its arrival wakes).
 	InlineWait time.Duration
 	// Resolver looks up host names; nil means the system resolver.
 	Resolver Resolver
@@ -77,8 +79,11 @@ func New(reader client.Reader, wake func(types.NamespacedName), opts Options) *K
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = DefaultMaxInFlight
 	}
-	if opts.InlineWait <= 0 {
+	switch {
+	case opts.InlineWait == 0:
 		opts.InlineWait = DefaultInlineWait
+	case opts.InlineWait < 0:
+		opts.InlineWait = 0
 	}
 	if opts.UserAgent == "" {
 		opts.UserAgent = "teardown-operator"
