@@ -35,14 +35,14 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code from the API markers.
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers.
-	$(CONTROLLER_GEN) crd rbac:roleName=teardown-operator paths=./api/... paths=./engine/... \
+	$(CONTROLLER_GEN) crd rbac:roleName=teardown-operator paths=./api/... paths=./engine/... paths=./steps/... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
 .PHONY: verify-generated
 verify-generated: $(CONTROLLER_GEN) ## Fail when committed generated files differ from what the markers produce.
 	tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
 	$(CONTROLLER_GEN) object:headerFile=/dev/null paths=./api/... output:object:dir=$$tmp/api >/dev/null; \
-	$(CONTROLLER_GEN) crd rbac:roleName=teardown-operator paths=./api/... paths=./engine/... \
+	$(CONTROLLER_GEN) crd rbac:roleName=teardown-operator paths=./api/... paths=./engine/... paths=./steps/... \
 		output:crd:artifacts:config=$$tmp/crd output:rbac:artifacts:config=$$tmp/rbac; \
 	diff -u api/v1alpha1/zz_generated.deepcopy.go $$tmp/api/zz_generated.deepcopy.go && \
 	diff -ru config/crd/bases $$tmp/crd && diff -u config/rbac/role.yaml $$tmp/rbac/role.yaml || \

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -82,6 +83,9 @@ type Deps struct {
 	// Wake queues a run for a reconcile now, for a step whose work finished outside a reconcile
 	// (an HTTP response that came after the reconcile stopped waiting for it).
 	Wake func(run types.NamespacedName)
+	// Config is the manager's REST config, for clients the controller-runtime client cannot
+	// replace (pod logs).
+	Config *rest.Config
 }
 
 // Engine wires the reconcilers together.
@@ -100,6 +104,7 @@ type Engine struct {
 	policies map[string]*queueRef[reconcile.Request]
 	lookups  *interest
 	written  *writtenVersions
+	kinds    steps.Registry
 }
 
 var namespaceGVK = schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}
@@ -147,12 +152,12 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...Kind
 	e.events = newEventSink(mgr.GetEventRecorder("teardown-operator"), e.namespaceTerminating)
 	lister := &Lister{reader: mgr.GetAPIReader(), mapper: mgr.GetRESTMapper()}
 	deps := Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Lister: lister,
-		Wake: func(run types.NamespacedName) { e.runs.Add(reconcile.Request{NamespacedName: run}) }}
-	var reg steps.Registry
+		Wake:   func(run types.NamespacedName) { e.runs.Add(reconcile.Request{NamespacedName: run}) },
+		Config: mgr.GetConfig()}
 	for _, f := range kinds {
-		reg = append(reg, f(deps))
+		e.kinds = append(e.kinds, f(deps))
 	}
-	e.compiler = policy.NewCompiler(env, reg)
+	e.compiler = policy.NewCompiler(env, e.kinds)
 	e.watches = watch.NewManager(mc, mgr.GetRESTMapper(), e.route, opts.Resync, ctrl.Log.WithName("watch"))
 	if err := mgr.Add(e.watches); err != nil {
 		return nil, err
@@ -224,8 +229,17 @@ func (e *Engine) setupControllers(mgr manager.Manager) error {
 		return err
 	}
 	// Runs.
-	return builder.ControllerManagedBy(mgr).
-		Named("teardownrun").
+	runs := builder.ControllerManagedBy(mgr).
+		Named("teardownrun")
+	// Objects steps create for runs (Jobs): a change executes their run at once.
+	for _, k := range e.kinds {
+		if o, ok := k.(steps.Owner); ok {
+			for _, obj := range o.Owns() {
+				runs = runs.Watches(obj, handler.EnqueueRequestsFromMapFunc(runOfOwned))
+			}
+		}
+	}
+	return runs.
 		// A run's own status writes must not wake it: its next check time is in the status and
 		// it is requeued for it. Creation, deletion and finalizer changes do wake it.
 		For(&v1alpha1.TeardownRun{}, builder.WithPredicates(predicate.Or(
@@ -238,6 +252,15 @@ func (e *Engine) setupControllers(mgr manager.Manager) error {
 		WatchesRawSource(e.runs.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: e.opts.RunWorkers}).
 		Complete(&runReconciler{Engine: e})
+}
+
+// runOfOwned maps an object a step created to the run its labels name.
+func runOfOwned(_ context.Context, o client.Object) []reconcile.Request {
+	l := o.GetLabels()
+	if l[steps.LabelRun] == "" || l[steps.LabelRunNamespace] == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: l[steps.LabelRunNamespace], Name: l[steps.LabelRun]}}}
 }
 
 // route receives every event of the dynamic informers and queues the work it implies.

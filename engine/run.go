@@ -69,6 +69,7 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, err
 	}
 	p.flushEvents(ctx)
+	p.releaseInterrupted(ctx)
 	r.trackWatches(req, p.watch)
 	if p.run.Status.Phase.Finished() {
 		return r.cleanUp(ctx, p.run)
@@ -128,6 +129,9 @@ type pass struct {
 	watch  []steps.WatchTarget
 	// startedNow names the step this pass started, if any.
 	startedNow string
+	// interrupted names the steps this pass ended while they were running, without a result of
+	// their own (timeouts, break glass): their actions may release what they left running.
+	interrupted []string
 }
 
 func (r *runReconciler) newPass(ctx context.Context, cached *v1alpha1.TeardownRun) (*pass, error) {
@@ -316,6 +320,7 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 		p.startedNow = name
 	}
 	if ss.Deadline != nil && !p.now.Before(ss.Deadline.Time) {
+		p.interrupted = append(p.interrupted, name)
 		p.endStep(step, ss, v1alpha1.StepFailed, fmt.Sprintf("timed out after %s (%d attempts); last: %s", step.Spec.Timeout.Duration, ss.Attempts, ss.Message))
 		return reconcile.Result{}, true
 	}
@@ -326,11 +331,7 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 		ss.RetryTime = nil
 		ss.Attempts++
 	}
-	in := &steps.Input{Run: p.run, Status: ss.DeepCopy(), Vars: p.vars(ss), PolicyNamespace: p.run.Spec.PolicyRef.Namespace, Now: p.now}
-	if p.run.Spec.PolicyRef.Kind != policy.KindNamespaced {
-		in.PolicyNamespace = ""
-	}
-	result := step.Action.Execute(ctx, in)
+	result := step.Action.Execute(ctx, p.input(ss))
 	if result.State != nil {
 		ss.State = result.State
 	}
@@ -413,11 +414,48 @@ func (p *pass) endStep(step *policy.Step, ss *v1alpha1.StepStatus, phase v1alpha
 	}
 }
 
+// releaseInterrupted lets the actions of steps this pass interrupted release what they left
+// running. It runs after the status is written, so a failed write leaves nothing released for a
+// step that will be looked at again.
+func (p *pass) releaseInterrupted(ctx context.Context) {
+	if len(p.interrupted) == 0 || p.e.trusted(p.run) != nil {
+		return
+	}
+	pipe := p.pipe
+	if pipe == nil {
+		var err error
+		if pipe, err = p.e.compiler.PipelineForRun(p.run); err != nil {
+			return
+		}
+	}
+	for _, name := range p.interrupted {
+		ss := p.run.Status.Step(name)
+		if ss == nil || len(ss.State) == 0 {
+			continue
+		}
+		for _, step := range pipe.Steps {
+			if r, ok := step.Action.(steps.Releaser); ok && step.Spec.Name == name {
+				r.Release(ctx, p.input(ss))
+			}
+		}
+	}
+}
+
+// input is what a step's action sees of the run.
+func (p *pass) input(ss *v1alpha1.StepStatus) *steps.Input {
+	in := &steps.Input{Run: p.run, Status: ss.DeepCopy(), Vars: p.vars(ss), PolicyNamespace: p.run.Spec.PolicyRef.Namespace, Now: p.now}
+	if p.run.Spec.PolicyRef.Kind != policy.KindNamespaced {
+		in.PolicyNamespace = ""
+	}
+	return in
+}
+
 // failCurrent fails the step in progress, if any.
 func (p *pass) failCurrent(msg string) {
 	for i := range p.run.Status.Steps {
 		ss := &p.run.Status.Steps[i]
 		if ss.Phase == v1alpha1.StepRunning {
+			p.interrupted = append(p.interrupted, ss.Name)
 			now := metav1.NewTime(p.now)
 			ss.Phase, ss.Message, ss.CompletionTime, ss.NextCheckTime, ss.RetryTime = v1alpha1.StepFailed, msg, &now, nil, nil
 		}
@@ -429,6 +467,9 @@ func (p *pass) skipRemaining(why string) {
 	for i := range p.run.Status.Steps {
 		ss := &p.run.Status.Steps[i]
 		if !ss.Phase.Finished() {
+			if ss.Phase == v1alpha1.StepRunning {
+				p.interrupted = append(p.interrupted, ss.Name)
+			}
 			now := metav1.NewTime(p.now)
 			ss.Phase, ss.Message, ss.CompletionTime, ss.NextCheckTime, ss.RetryTime = v1alpha1.StepSkipped, "skipped: "+why, &now, nil, nil
 		}

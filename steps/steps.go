@@ -12,6 +12,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/expr"
@@ -143,4 +144,34 @@ func Waiting(d time.Duration, format string, args ...any) Result {
 // Fail is a Result for a failed attempt.
 func Fail(retryable bool, format string, args ...any) Result {
 	return Result{Outcome: Failed, Retryable: retryable, Message: fmt.Sprintf(format, args...)}
+}
+
+// Labels a step puts on the objects it creates for a run, so that the engine can route their
+// changes to the run and the objects can be found by run.
+const (
+	// LabelRun is the run's name.
+	LabelRun = "teardown.dev/run"
+	// LabelRunNamespace is the run's namespace.
+	LabelRunNamespace = "teardown.dev/run-namespace"
+	// LabelRunUID is the run's UID; the engine caches only owned objects that carry it.
+	LabelRunUID = "teardown.dev/run-uid"
+	// LabelStep is the step's name.
+	LabelStep = "teardown.dev/step"
+	// LabelAttempt is the attempt that created the object.
+	LabelAttempt = "teardown.dev/attempt"
+)
+
+// Owner is implemented by kinds whose steps create objects for their runs (Jobs, for the job
+// kind). The engine watches objects of the returned types that carry LabelRunUID, and a change to
+// one executes the run named by its LabelRun and LabelRunNamespace labels at once.
+type Owner interface {
+	Owns() []client.Object
+}
+
+// Releaser is implemented by actions that leave something running while in progress (a Job).
+// When a step ends without its action's own final result (the step or the pipeline timed out,
+// or someone broke glass), the engine calls Release once, so the action can let go of what it
+// made. Release must be quick and must not fail the run: it logs what it cannot do.
+type Releaser interface {
+	Release(ctx context.Context, in *Input)
 }

@@ -143,8 +143,8 @@ type WaitStep struct {
 	Interval *metav1.Duration `json:"interval,omitempty"`
 }
 
-// Step is one action of a teardown pipeline. Exactly one kind (wait or http) is set.
-// +kubebuilder:validation:XValidation:rule="[has(self.wait), has(self.http)].filter(k, k).size() == 1",message="set exactly one step kind: wait or http"
+// Step is one action of a teardown pipeline. Exactly one kind (wait, http or job) is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.wait), has(self.http), has(self.job)].filter(k, k).size() == 1",message="set exactly one step kind: wait, http or job"
 type Step struct {
 	// name identifies the step in the pipeline and in `steps.<name>` expressions: a DNS label,
 	// unique in the policy.
@@ -185,6 +185,10 @@ type Step struct {
 	// http calls an HTTP endpoint, optionally polling it until a condition holds.
 	// +optional
 	HTTP *HTTPStep `json:"http,omitempty"`
+
+	// job runs a Kubernetes Job and waits for it to complete.
+	// +optional
+	Job *JobStep `json:"job,omitempty"`
 }
 
 // Pipeline is the part of a policy that a run executes: the steps and what bounds them.

@@ -6,6 +6,7 @@ package naming
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -86,4 +87,13 @@ func LabelValue(s string) string {
 		clean += "-" + Hash(s) // keep distinct originals distinct
 	}
 	return strings.Trim(Shorten(clean, MaxLabel), "-_.")
+}
+
+// JobName returns the name of the Job a job step creates for one attempt: the run's name, the
+// step and the attempt, shortened with a hash when longer than 63 characters (a Job's name is
+// also the value of its pods' job-name label). The same attempt always gets the same name, so a
+// create repeated after a crash finds the Job it already made.
+func JobName(runName, step string, attempt int32) string {
+	s := strings.ReplaceAll(fmt.Sprintf("%s-%s-%d", runName, step, attempt), ".", "-")
+	return Shorten(s, MaxLabel)
 }

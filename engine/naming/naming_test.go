@@ -110,3 +110,54 @@ func TestLabelValue(t *testing.T) {
 		}
 	}
 }
+
+func TestJobName(t *testing.T) {
+	run := RunName("TeardownPolicy", "shop", "orders-db", "orders", "0b7c1f3e-0000-4000-8000-000000000001")
+	longRun := RunName("TeardownPolicy", "shop", "orders-db", strings.Repeat("o", 80), "0b7c1f3e-0000-4000-8000-000000000001")
+	tests := []struct {
+		name    string
+		run     string
+		step    string
+		attempt int32
+		want    string
+	}{
+		{"short", "orders-1a2b3c4d5e", "dump", 1, "orders-1a2b3c4d5e-dump-1"},
+		{"attempt in the name", "orders-1a2b3c4d5e", "dump", 12, "orders-1a2b3c4d5e-dump-12"},
+		{"dots become dashes", "db.prod-1a2b3c4d5e", "dump", 1, "db-prod-1a2b3c4d5e-dump-1"},
+		{"exactly 63", strings.Repeat("r", 55), "abcde", 1, strings.Repeat("r", 55) + "-abcde-1"},
+		{"64 is shortened", strings.Repeat("r", 56), "abcde", 1, strings.Repeat("r", 52) + "-" + Hash(strings.Repeat("r", 56)+"-abcde-1")},
+		{"real run name", run, "pg-dump", 2, run + "-pg-dump-2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := JobName(tt.run, tt.step, tt.attempt)
+			if got != tt.want {
+				t.Errorf("JobName(%q, %q, %d) = %q, want %q", tt.run, tt.step, tt.attempt, got, tt.want)
+			}
+			if errs := validation.IsDNS1123Label(got); len(errs) > 0 {
+				t.Errorf("%q is not a DNS label: %v", got, errs)
+			}
+		})
+	}
+	// Long run and step names still give valid, distinct names per attempt and per step.
+	seen := map[string]bool{}
+	for _, step := range []string{strings.Repeat("s", 63), strings.Repeat("s", 62) + "t"} {
+		for attempt := int32(1); attempt <= 3; attempt++ {
+			got := JobName(longRun, step, attempt)
+			if errs := validation.IsDNS1123Label(got); len(errs) > 0 {
+				t.Errorf("%q is not a DNS label: %v", got, errs)
+			}
+			if seen[got] {
+				t.Errorf("JobName gave %q twice", got)
+			}
+			seen[got] = true
+		}
+	}
+}
+
+func TestJobNameStable(t *testing.T) {
+	// Jobs in users' clusters are adopted by these names after a restart: never edit this table.
+	if got := JobName(strings.Repeat("r", 60), "dump", 1); got != "rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr-f19215c8c1" {
+		t.Errorf("JobName changed: %q", got)
+	}
+}

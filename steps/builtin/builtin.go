@@ -3,15 +3,26 @@
 package builtin
 
 import (
+	"context"
+	"fmt"
+
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/teardown-dev/teardown-operator/engine"
 	"github.com/teardown-dev/teardown-operator/steps"
 	"github.com/teardown-dev/teardown-operator/steps/httpstep"
+	"github.com/teardown-dev/teardown-operator/steps/jobstep"
 	"github.com/teardown-dev/teardown-operator/steps/wait"
 )
 
 // Options configure the built-in kinds.
 type Options struct {
 	HTTP httpstep.Options
+	Job  jobstep.Options
 }
 
 // Kinds returns a factory for every built-in step kind.
@@ -19,5 +30,31 @@ func Kinds(opts Options) []engine.KindFactory {
 	return []engine.KindFactory{
 		func(d engine.Deps) steps.Kind { return wait.New(d.Lister) },
 		func(d engine.Deps) steps.Kind { return httpstep.New(d.Reader, d.Wake, opts.HTTP) },
+		func(d engine.Deps) steps.Kind {
+			logs, err := jobstep.NewLogReader(d.Config)
+			if err != nil {
+				logs = noLogs{err}
+			}
+			return jobstep.New(d.Client, d.Reader, logs, opts.Job)
+		},
 	}
+}
+
+// CacheOptions are the manager's cache options the built-in kinds need: the engine watches the
+// Jobs that job steps create, and only those (by their run label), not every Job in the cluster.
+func CacheOptions() cache.Options {
+	owned, err := labels.NewRequirement(steps.LabelRunUID, selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant label key
+	}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&batchv1.Job{}: {Label: labels.NewSelector().Add(*owned)},
+	}}
+}
+
+// noLogs stands in for a log reader that could not be built; the step says why there is no log.
+type noLogs struct{ err error }
+
+func (n noLogs) TailLog(context.Context, string, string, string, int64, int64) ([]byte, error) {
+	return nil, fmt.Errorf("no log reader: %w", n.err)
 }

@@ -4,15 +4,19 @@ package framework
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine"
+	"github.com/teardown-dev/teardown-operator/engine/naming"
 )
 
 // ConfigMap returns a small ConfigMap with data k=v.
@@ -127,4 +131,51 @@ func (p Probe) events(ctx context.Context, obj client.Object) []corev1.Event {
 		return nil
 	}
 	return slices.DeleteFunc(list.Items, func(e corev1.Event) bool { return e.InvolvedObject.UID != obj.GetUID() })
+}
+
+// JobStep is a job step running one container; spec fields may be added to the returned step's
+// template (see JobSpec).
+func JobStep(name string, spec map[string]any) v1alpha1.Step {
+	return v1alpha1.Step{Name: name, Job: &v1alpha1.JobStep{Template: v1alpha1.JobTemplate{Spec: JobSpec(spec)}}}
+}
+
+// JobSpec encodes a JobSpec written as a map (so that it may hold ${...} anywhere) for a job
+// step's template.
+func JobSpec(spec map[string]any) runtime.RawExtension {
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		panic(err)
+	}
+	return runtime.RawExtension{Raw: raw}
+}
+
+// Container is a JobSpec map with one container running command, backoffLimit 0 and the given
+// pod annotations (kwok stages read them).
+func Container(image string, podAnnotations map[string]string, command ...string) map[string]any {
+	cmd := make([]any, len(command))
+	for i, c := range command {
+		cmd[i] = c
+	}
+	return map[string]any{
+		"backoffLimit": 0,
+		"template": map[string]any{
+			"metadata": map[string]any{"annotations": podAnnotations},
+			"spec": map[string]any{
+				"containers": []any{map[string]any{"name": "main", "image": image, "command": cmd}},
+			},
+		},
+	}
+}
+
+// JobOf returns a function reading the Job a job step of a TeardownPolicy creates for a target
+// and attempt (nil until it exists).
+func (p Probe) JobOf(ctx context.Context, policy *v1alpha1.TeardownPolicy, target client.Object, step string, attempt int32) func() *batchv1.Job {
+	run := naming.RunName("TeardownPolicy", policy.Namespace, policy.Name, target.GetName(), target.GetUID())
+	return func() *batchv1.Job {
+		job := &batchv1.Job{}
+		if err := p.Client.Get(ctx, client.ObjectKey{Namespace: policy.Namespace, Name: naming.JobName(run, step, attempt)}, job); err != nil {
+			return nil
+		}
+		return job
+	}
 }

@@ -1,0 +1,225 @@
+package jobstep
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	sigsjson "sigs.k8s.io/json"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/expr"
+	"github.com/teardown-dev/teardown-operator/engine/naming"
+	"github.com/teardown-dev/teardown-operator/steps"
+)
+
+// RBAC: Jobs are created and watched; failed pods and their logs are read for the step message.
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
+// +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
+
+// Defaults and limits.
+const (
+	// DefaultTTL is how long a finished Job is kept after the step recorded its outcome, when the
+	// template sets no ttlSecondsAfterFinished.
+	DefaultTTL = time.Hour
+	// DefaultRecheck is how often a running Job is looked at when no change to it woke the run.
+	DefaultRecheck = time.Minute
+	// LogTailLines is how many lines of a failed pod's log the step message quotes.
+	LogTailLines = 20
+	// LogTailBytes bounds the quoted log.
+	LogTailBytes = 2048
+	// VarJob is the CEL variable successCondition reads the Job from.
+	VarJob = "job"
+)
+
+// Options configure the job step kind.
+type Options struct {
+	// Recheck is how often a running Job is looked at without a change waking its run.
+	Recheck time.Duration
+	// LogTimeout bounds the reading of a failed pod's log.
+	LogTimeout time.Duration
+}
+
+// Kind is the job step kind.
+type Kind struct {
+	client  client.Client // cached for the Jobs the engine watches; writes
+	reader  client.Reader // the API server
+	logs    LogReader
+	recheck time.Duration
+	logWait time.Duration
+}
+
+// New returns the job kind. c reads Jobs from the cache (the engine watches the labelled ones)
+// and writes; reader reads from the API server; logs reads failed pods' logs.
+func New(c client.Client, reader client.Reader, logs LogReader, opts Options) *Kind {
+	if opts.Recheck <= 0 {
+		opts.Recheck = DefaultRecheck
+	}
+	if opts.LogTimeout <= 0 {
+		opts.LogTimeout = 3 * time.Second
+	}
+	return &Kind{client: c, reader: reader, logs: logs, recheck: opts.Recheck, logWait: opts.LogTimeout}
+}
+
+// Name implements steps.Kind.
+func (*Kind) Name() string { return "job" }
+
+// Configured implements steps.Kind.
+func (*Kind) Configured(s *v1alpha1.Step) bool { return s.Job != nil }
+
+// Owns implements steps.Owner: the engine watches the Jobs steps create.
+func (*Kind) Owns() []client.Object { return []client.Object{&batchv1.Job{}} }
+
+// action is a compiled job step.
+type action struct {
+	kind       *Kind
+	step       string
+	namespaced bool
+	// namespace renders the Job's namespace; nil means the default (the policy's namespace for a
+	// TeardownPolicy, the target's for a ClusterTeardownPolicy).
+	namespace   *expr.Template
+	labels      map[string]*expr.Template
+	annotations map[string]*expr.Template
+	spec        *expr.Tree
+	success     *expr.Program
+	ttl         int32
+}
+
+// placeholder stands in for every ${...} when the template's shape is checked at compile time:
+// "0" is a valid string, quantity and int-or-string, so only fields that can never hold a
+// rendered string are reported.
+const placeholder = "0"
+
+// Compile implements steps.Kind.
+func (k *Kind) Compile(cc steps.CompileContext, s *v1alpha1.Step, path *field.Path) (steps.Action, field.ErrorList) {
+	j := s.Job
+	p := path.Child("job")
+	a := &action{kind: k, step: s.Name, namespaced: cc.Namespaced, ttl: int32(DefaultTTL / time.Second)}
+	var errs field.ErrorList
+	if j.Namespace != "" {
+		if cc.Namespaced && j.Namespace != cc.Namespace {
+			errs = append(errs, field.Forbidden(p.Child("namespace"), fmt.Sprintf("a TeardownPolicy runs Jobs only in its own namespace %q", cc.Namespace)))
+		} else if t, err := cc.Env.CompileTemplate(j.Namespace); err != nil {
+			errs = append(errs, field.Invalid(p.Child("namespace"), j.Namespace, err.Error()))
+		} else {
+			a.namespace = t
+		}
+	}
+	mp := p.Child("template", "metadata")
+	var merrs field.ErrorList
+	a.labels, merrs = compileMeta(cc.Env, j.Template.Metadata.Labels, mp.Child("labels"), true)
+	errs = append(errs, merrs...)
+	a.annotations, merrs = compileMeta(cc.Env, j.Template.Metadata.Annotations, mp.Child("annotations"), false)
+	errs = append(errs, merrs...)
+	errs = append(errs, a.compileSpec(cc.Env, j.Template.Spec.Raw, p.Child("template", "spec"))...)
+	if j.SuccessCondition != "" {
+		env, err := cc.Env.Extend(nil, []string{VarJob})
+		if err != nil {
+			return nil, append(errs, field.InternalError(p, err))
+		}
+		if a.success, err = env.CompileCondition(j.SuccessCondition); err != nil {
+			errs = append(errs, field.Invalid(p.Child("successCondition"), j.SuccessCondition, err.Error()))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return a, nil
+}
+
+// compileMeta compiles label or annotation values. Keys are literal; the teardown.dev/ prefix
+// is the operator's.
+func compileMeta(env *expr.Env, m map[string]string, path *field.Path, isLabel bool) (map[string]*expr.Template, field.ErrorList) {
+	var errs field.ErrorList
+	out := make(map[string]*expr.Template, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		kp := path.Key(k)
+		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(kp, k, strings.Join(msgs, "; ")))
+			continue
+		}
+		if prefix, _, ok := strings.Cut(k, "/"); ok && (prefix == naming.Domain || strings.HasSuffix(prefix, "."+naming.Domain)) {
+			errs = append(errs, field.Forbidden(kp, fmt.Sprintf("the %s/ prefix is the operator's", naming.Domain)))
+			continue
+		}
+		t, err := env.CompileTemplate(m[k])
+		if err != nil {
+			errs = append(errs, field.Invalid(kp, m[k], err.Error()))
+			continue
+		}
+		if isLabel && t.Literal() {
+			if msgs := validation.IsValidLabelValue(t.String()); len(msgs) > 0 {
+				errs = append(errs, field.Invalid(kp, m[k], strings.Join(msgs, "; ")))
+				continue
+			}
+		}
+		out[k] = t
+	}
+	return out, errs
+}
+
+// compileSpec compiles every string of the JobSpec template and checks its shape against
+// batch/v1: unknown fields, values of the wrong type, and what the operator itself controls.
+func (a *action) compileSpec(env *expr.Env, raw []byte, path *field.Path) field.ErrorList {
+	if len(raw) == 0 {
+		return field.ErrorList{field.Required(path, "a JobSpec: at least template.spec.containers")}
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return field.ErrorList{field.Invalid(path, field.OmitValueType{}, err.Error())}
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return field.ErrorList{field.Invalid(path, field.OmitValueType{}, "must be an object (a batch/v1 JobSpec)")}
+	}
+	tree, errs := env.CompileTree(v, path)
+	a.spec = tree
+	shape, err := json.Marshal(tree.Placeholder(placeholder))
+	if err != nil {
+		return field.ErrorList{field.InternalError(path, err)}
+	}
+	var spec batchv1.JobSpec
+	strict, err := sigsjson.UnmarshalStrict(shape, &spec, sigsjson.DisallowUnknownFields, sigsjson.DisallowDuplicateFields)
+	for _, e := range strict {
+		errs = append(errs, field.Invalid(path, field.OmitValueType{}, e.Error()))
+	}
+	if err != nil {
+		// Decoding goes on past a value of the wrong type, so the checks below still apply.
+		detail := err.Error()
+		if strings.Contains(detail, "cannot unmarshal string") {
+			detail += " (a ${...} always renders a string, so it cannot fill a number or boolean field)"
+		}
+		errs = append(errs, field.Invalid(path, field.OmitValueType{}, detail))
+	}
+	if spec.Selector != nil {
+		errs = append(errs, field.Forbidden(path.Child("selector"), "the Job controller chooses the selector"))
+	}
+	if spec.ManualSelector != nil && *spec.ManualSelector {
+		errs = append(errs, field.Forbidden(path.Child("manualSelector"), "the Job controller chooses the selector"))
+	}
+	ps := spec.Template.Spec
+	if len(ps.Containers) == 0 {
+		errs = append(errs, field.Required(path.Child("template", "spec", "containers"), "a Job needs at least one container"))
+	}
+	switch ps.RestartPolicy {
+	case "", corev1.RestartPolicyNever, corev1.RestartPolicyOnFailure, placeholder:
+	default:
+		errs = append(errs, field.NotSupported(path.Child("template", "spec", "restartPolicy"), ps.RestartPolicy,
+			[]string{string(corev1.RestartPolicyNever), string(corev1.RestartPolicyOnFailure)}))
+	}
+	if spec.TTLSecondsAfterFinished != nil {
+		if *spec.TTLSecondsAfterFinished < 0 {
+			errs = append(errs, field.Invalid(path.Child("ttlSecondsAfterFinished"), *spec.TTLSecondsAfterFinished, "must not be negative"))
+		}
+		a.ttl = *spec.TTLSecondsAfterFinished
+	}
+	return errs
+}
