@@ -14,6 +14,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine"
 	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
@@ -96,7 +98,7 @@ var _ = Describe("Samples", func() {
 	}
 	BeforeEach(func() {
 		// The kinds samples protect that Kubernetes does not serve.
-		Expect(framework.InstallCRDs(ctx, k8s, "testdata/manageddatabase")).To(Succeed())
+		Expect(framework.InstallCRDs(ctx, k8s, "testdata/examplecrds")).To(Succeed())
 	})
 
 	It("exist, each opening with a comment that says what it does", func() {
@@ -219,6 +221,75 @@ var _ = Describe("Samples", func() {
 		Eventually(gone(ctx, owned), 10*time.Second).Should(BeTrue())
 		Expect(runPhase(ctx, owned)()).To(Equal(v1alpha1.RunSucceeded))
 		Expect(stepPhase(ctx, owned, "wait-for-volume-release")()).To(Equal(v1alpha1.StepSucceeded))
+	})
+})
+
+var _ = Describe("Job samples", func() {
+	ctx := context.Background()
+	BeforeEach(func() {
+		Expect(framework.InstallCRDs(ctx, k8s, "testdata/examplecrds")).To(Succeed())
+	})
+
+	It("database-dump-job runs pg_dump as a Job before a postgres database goes", func() {
+		ns := newNamespace(ctx)
+		policies := createSample(ctx, samplePath("database-dump-job.yaml"), ns)
+		p := policies[0].(*v1alpha1.TeardownPolicy)
+		expectReady(ctx, p, metav1.ConditionTrue)
+		db := managedDatabase(ns, "orders", "db-42")
+		Expect(unstructured.SetNestedField(db.Object, "postgres", "spec", "engine")).To(Succeed())
+		Expect(unstructured.SetNestedField(db.Object, "large", "spec", "tier")).To(Succeed())
+		Expect(k8s.Create(ctx, db)).To(Succeed())
+		Eventually(finalizers(ctx, db), 10*time.Second).Should(ContainElement(finalizerOf(p)))
+		Expect(k8s.Delete(ctx, db)).To(Succeed())
+
+		job := jobOf(ctx, p, db, "final-dump", 1)
+		Eventually(job, 10*time.Second).ShouldNot(BeNil())
+		pod := job().Spec.Template.Spec
+		Expect(pod.ServiceAccountName).To(Equal("db-backup"))
+		c := pod.Containers[0]
+		Expect(c.Command[2]).To(Equal(`pg_dump --no-owner "${DATABASE_URL}" | gzip | aws s3 cp - "s3://example-backups/` + ns + `/orders/$(TEARDOWN_RUN_UID).sql.gz"`))
+		Expect(c.Env).To(ContainElement(HaveField("ValueFrom.SecretKeyRef.Name", "orders-db")))
+		Expect(c.Resources.Limits.Memory().String()).To(Equal("4Gi"))
+		Expect(*job().Spec.ActiveDeadlineSeconds).To(BeNumerically("~", 3600, 5))
+		Expect(job().Annotations).To(HaveKeyWithValue("example.com/database", ns+"/orders"))
+
+		finishJob(ctx, job(), true)
+		Eventually(gone(ctx, db), 10*time.Second).Should(BeTrue())
+		Expect(runPhase(ctx, db)()).To(Equal(v1alpha1.RunSucceeded))
+		Eventually(func() *int32 { return job().Spec.TTLSecondsAfterFinished }, 5*time.Second).Should(HaveValue(Equal(int32(86400))))
+	})
+
+	It("bucket-empty-job empties a bucket from another namespace while the bucket's namespace is deleted", func() {
+		Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "teardown-jobs"}}))).To(Succeed())
+		policies := createSample(ctx, samplePath("bucket-empty-job.yaml"), "")
+		expectReady(ctx, policies[0], metav1.ConditionTrue)
+		ns := newNamespace(ctx)
+		bucket := &unstructured.Unstructured{}
+		bucket.SetAPIVersion("example.teardown.dev/v1")
+		bucket.SetKind("Bucket")
+		bucket.SetNamespace(ns)
+		bucket.SetName("assets")
+		bucket.SetLabels(map[string]string{"teardown.dev/empty-on-delete": "true"})
+		Expect(unstructured.SetNestedField(bucket.Object, "shop-assets-prod", "spec", "bucketName")).To(Succeed())
+		Expect(k8s.Create(ctx, bucket)).To(Succeed())
+		Eventually(finalizers(ctx, bucket), 10*time.Second).Should(ContainElement("clusterteardownpolicy.teardown.dev/bucket-empty-job"))
+
+		By("deleting the namespace (envtest has no namespace controller: the test deletes the bucket itself)")
+		Expect(k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+		Expect(k8s.Delete(ctx, bucket)).To(Succeed())
+		var jobs batchv1.JobList
+		Eventually(func() []batchv1.Job {
+			_ = k8s.List(ctx, &jobs, client.InNamespace("teardown-jobs"), client.MatchingLabels{engine.LabelTargetUID: string(bucket.GetUID())})
+			return jobs.Items
+		}, 10*time.Second).Should(HaveLen(1))
+		j := &jobs.Items[0]
+		Expect(j.Spec.Template.Spec.ServiceAccountName).To(Equal("bucket-cleaner"))
+		Expect(j.Spec.Template.Spec.Containers[0].Args).To(Equal([]string{"s3", "rm", "s3://shop-assets-prod", "--recursive", "--region", "us-east-1"}))
+		finishJob(ctx, j, true)
+		Eventually(gone(ctx, bucket), 10*time.Second).Should(BeTrue())
+		run := runFor(ctx, bucket)()
+		Expect(run.Namespace).To(Equal(runNamespace))
+		Expect(run.Status.Phase).To(Equal(v1alpha1.RunSucceeded))
 	})
 })
 
