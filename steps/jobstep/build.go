@@ -66,7 +66,7 @@ func (a *action) build(ctx context.Context, in *steps.Input) (*batchv1.Job, erro
 	}
 	rendered, err := a.spec.Render(ctx, in.Vars)
 	if err != nil {
-		return nil, fmt.Errorf("template.spec: %w", err)
+		return nil, err // names the string's path
 	}
 	raw, err := json.Marshal(rendered)
 	if err != nil {
@@ -116,7 +116,7 @@ func (a *action) build(ctx context.Context, in *steps.Input) (*batchv1.Job, erro
 	// The Job ends no later than its step: a Job that outlived its step would go on working
 	// behind the pipeline's back.
 	if d := in.Status.Deadline; d != nil {
-		left := int64(max(time.Until(d.Time).Round(time.Second)/time.Second, 1))
+		left := int64(max(d.Sub(in.Now).Round(time.Second)/time.Second, 1))
 		if job.Spec.ActiveDeadlineSeconds == nil || *job.Spec.ActiveDeadlineSeconds > left {
 			job.Spec.ActiveDeadlineSeconds = ptr.To(left)
 		}

@@ -195,7 +195,7 @@ func (a *action) compileSpec(env *expr.Env, raw []byte, path *field.Path) field.
 		// Decoding goes on past a value of the wrong type, so the checks below still apply.
 		detail := err.Error()
 		if strings.Contains(detail, "cannot unmarshal string") {
-			detail += " (a ${...} always renders a string, so it cannot fill a number or boolean field)"
+			detail += " (write numbers and booleans without quotes; a ${...} always renders a string, so it cannot fill a number or boolean field)"
 		}
 		errs = append(errs, field.Invalid(path, field.OmitValueType{}, detail))
 	}

@@ -150,9 +150,10 @@ func describeState(c *corev1.ContainerStatus) string {
 func tail(raw []byte, max int) string {
 	raw = bytes.TrimRight(raw, "\n")
 	if len(raw) > max {
+		atLineStart := raw[len(raw)-max-1] == '\n'
 		raw = raw[len(raw)-max:]
-		if i := bytes.IndexByte(raw, '\n'); i >= 0 && i < len(raw)-1 {
-			raw = raw[i+1:]
+		if i := bytes.IndexByte(raw, '\n'); !atLineStart && i >= 0 && i < len(raw)-1 {
+			raw = raw[i+1:] // drop the partial first line
 		}
 		for len(raw) > 0 && !utf8.RuneStart(raw[0]) {
 			raw = raw[1:] // the cut fell inside a character
@@ -164,7 +165,11 @@ func tail(raw []byte, max int) string {
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	if len(s) > 300 {
-		s = s[:300] + "..."
+		cut := 300
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
 	}
 	return s
 }
