@@ -175,14 +175,30 @@ func (k *Kind) compileLookups(cc steps.CompileContext, ls []v1alpha1.Lookup, p *
 	return env, nil
 }
 
+// stateStartedAt keeps the step's start to the nanosecond: the status's startTime is stored to
+// the second, and a wait measured from it could end up to a second early.
+const stateStartedAt = "startedAt"
+
+// startedAt is when the step started: from its state once recorded, else from its startTime,
+// which is exact in the pass that starts the step (nothing has been stored yet).
+func startedAt(ss *v1alpha1.StepStatus) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, ss.State[stateStartedAt]); err == nil {
+		return t
+	}
+	return ss.StartTime.Time
+}
+
 // Execute implements steps.Action.
 func (a *action) Execute(ctx context.Context, in *steps.Input) steps.Result {
 	if a.until == nil {
-		end := in.Status.StartTime.Add(a.duration)
+		start := startedAt(in.Status)
+		end := start.Add(a.duration)
 		if !in.Now.Before(end) {
 			return steps.Done("waited %s", a.duration)
 		}
-		return steps.Waiting(end.Sub(in.Now), "waiting until %s", end.UTC().Format(time.RFC3339))
+		res := steps.Waiting(end.Sub(in.Now), "waiting until %s", end.UTC().Format(time.RFC3339))
+		res.State = map[string]string{stateStartedAt: start.UTC().Format(time.RFC3339Nano)}
+		return res
 	}
 	vars := make(expr.Vars, len(in.Vars)+len(a.lookups))
 	for k, v := range in.Vars {

@@ -245,6 +245,9 @@ func TestExecuteDuration(t *testing.T) {
 				Status: &v1alpha1.StepStatus{Name: "pause", StartTime: &st},
 				Now:    tt.now,
 			})
+			if tt.want.Outcome == steps.InProgress {
+				tt.want.State = map[string]string{"startedAt": tt.start.UTC().Format(time.RFC3339Nano)}
+			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("Execute = %+v, want %+v", got, tt.want)
 			}
@@ -252,6 +255,24 @@ func TestExecuteDuration(t *testing.T) {
 				t.Errorf("a duration wait listed objects: %+v", lister.calls)
 			}
 		})
+	}
+}
+
+// The status's startTime is stored to the second; the wait is measured from the exact start the
+// step records in its state, so it never ends early.
+func TestExecuteDurationExactStart(t *testing.T) {
+	exact := time.Date(2024, 1, 2, 3, 4, 5, 900_000_000, time.UTC)
+	stored := metav1.NewTime(exact.Truncate(time.Second))
+	a := compile(t, newLister(), v1alpha1.WaitStep{Duration: dur(2 * time.Second)})
+	status := &v1alpha1.StepStatus{Name: "pause", StartTime: &stored,
+		State: map[string]string{"startedAt": exact.Format(time.RFC3339Nano)}}
+	got := a.Execute(context.Background(), &steps.Input{Run: &v1alpha1.TeardownRun{}, Status: status, Now: stored.Add(2 * time.Second)})
+	if got.Outcome != steps.InProgress || got.CheckAfter != 900*time.Millisecond {
+		t.Errorf("2s after the stored (truncated) start: %+v, want InProgress for 900ms more", got)
+	}
+	got = a.Execute(context.Background(), &steps.Input{Run: &v1alpha1.TeardownRun{}, Status: status, Now: exact.Add(2 * time.Second)})
+	if got.Outcome != steps.Succeeded {
+		t.Errorf("2s after the exact start: %+v, want Succeeded", got)
 	}
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # teardown-operator demo (`make demo`): starts a local kwok cluster, installs the CRDs, runs the
 # operator from bin/, protects a ConfigMap with samples/configmap-grace.yaml, deletes it and shows
-# its teardown advancing step by step, then stops the operator and deletes the cluster.
+# its teardown advancing step by step (two waits and a Job), then stops the operator and deletes
+# the cluster.
 #
 # Needs what `make control-plane build` puts in bin/ (kubectl, kwokctl, the control plane and
 # bin/teardown-operator). No Docker, no network.
@@ -238,6 +239,8 @@ target_gone() {
 wait_until "ConfigMap $TARGET to be deleted" target_gone
 show kubectl get configmap "$TARGET" -n "$NS" || true
 show kubectl get teardownruns -n "$NS"
+note "The drain step ran a Job, on the simulated node; it is kept for its ttlSecondsAfterFinished:"
+show kubectl get jobs -n "$NS" -L teardown.dev/step,teardown.dev/attempt
 
 # ---------------------------------------------------------------------------------------------
 say "The run's record: per-step status and events"

@@ -60,6 +60,18 @@ func finishJob(ctx context.Context, job *batchv1.Job, complete bool) {
 	})
 }
 
+// startJobStep protects a target with a policy of one job step, "dump", deletes the target and
+// waits until the step has recorded its Job. It returns the target and a reader of the Job.
+func startJobStep(ctx context.Context, ns, policy string) (*corev1.ConfigMap, func() *batchv1.Job) {
+	p := namespacedPolicy(ns, policy, framework.JobStep("dump", framework.Container("busybox", nil, "true")))
+	cm := protect(ctx, p, "target")
+	Expect(k8s.Delete(ctx, cm)).To(Succeed())
+	job := jobOf(ctx, p, cm, "dump", 1)
+	Eventually(job, 10*time.Second).ShouldNot(BeNil())
+	Eventually(stepState(ctx, cm, "dump"), 5*time.Second).Should(HaveKey("jobUID"))
+	return cm, job
+}
+
 // stepState returns a function reading the state of one step of a target's run (nil until set).
 func stepState(ctx context.Context, target client.Object, step string) func() map[string]string {
 	return func() map[string]string {
@@ -249,12 +261,7 @@ var _ = Describe("Job steps", func() {
 
 	It("adopts the Job it created when a crash lost the status write, instead of creating a second", Serial, func() {
 		ns := newNamespace(ctx)
-		p := namespacedPolicy(ns, "adopting", framework.JobStep("dump", framework.Container("postgres:16", nil, "pg_dump")))
-		cm := protect(ctx, p, "target")
-		Expect(k8s.Delete(ctx, cm)).To(Succeed())
-		job := jobOf(ctx, p, cm, "dump", 1)
-		Eventually(job, 10*time.Second).ShouldNot(BeNil())
-		Eventually(stepState(ctx, cm, "dump"), 5*time.Second).Should(HaveKey("jobUID"))
+		cm, job := startJobStep(ctx, ns, "adopting")
 		created := job()
 
 		By("stopping the operator and putting the run back as it was before the Job was recorded")
@@ -305,12 +312,7 @@ var _ = Describe("Job steps", func() {
 
 	It("never trusts a Job that replaced its own under the same name", Serial, func() {
 		ns := newNamespace(ctx)
-		p := namespacedPolicy(ns, "replaced", framework.JobStep("dump", framework.Container("busybox", nil, "true")))
-		cm := protect(ctx, p, "target")
-		Expect(k8s.Delete(ctx, cm)).To(Succeed())
-		job := jobOf(ctx, p, cm, "dump", 1)
-		Eventually(job, 10*time.Second).ShouldNot(BeNil())
-		Eventually(stepState(ctx, cm, "dump"), 5*time.Second).Should(HaveKey("jobUID"))
+		cm, job := startJobStep(ctx, ns, "replaced")
 		original := job()
 
 		By("replacing the Job by a completed one of the same name and labels while the operator is down")
