@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -69,7 +70,7 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, err
 	}
 	p.flushEvents(ctx)
-	p.releaseInterrupted(ctx)
+	p.releaseSettled(ctx)
 	r.trackWatches(req, p.watch)
 	if p.run.Status.Phase.Finished() {
 		return r.cleanUp(ctx, p.run)
@@ -129,9 +130,9 @@ type pass struct {
 	watch  []steps.WatchTarget
 	// startedNow names the step this pass started, if any.
 	startedNow string
-	// interrupted names the steps this pass ended while they were running, without a result of
-	// their own (timeouts, break glass): their actions may release what they left running.
-	interrupted []string
+	// settled names the steps whose attempt ended in this pass, with or without a result of the
+	// action's own: their actions may release what the attempt made (see steps.Releaser).
+	settled []string
 }
 
 func (r *runReconciler) newPass(ctx context.Context, cached *v1alpha1.TeardownRun) (*pass, error) {
@@ -320,7 +321,18 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 		p.startedNow = name
 	}
 	if ss.Deadline != nil && !p.now.Before(ss.Deadline.Time) {
-		p.interrupted = append(p.interrupted, name)
+		if s, ok := step.Action.(steps.Settler); ok && ss.RetryTime == nil {
+			// The work may have ended by the deadline while no one looked (the operator was down).
+			if result, ok := s.Settled(ctx, p.input(ss), ss.Deadline.Time); ok && result.Outcome != steps.InProgress {
+				p.keep(ss, &result)
+				phase := v1alpha1.StepSucceeded
+				if result.Outcome == steps.Failed {
+					phase = v1alpha1.StepFailed
+				}
+				p.endStep(step, ss, phase, result.Message+" (by the step's deadline)")
+				return reconcile.Result{}, true
+			}
+		}
 		p.endStep(step, ss, v1alpha1.StepFailed, fmt.Sprintf("timed out after %s (%d attempts); last: %s", step.Spec.Timeout.Duration, ss.Attempts, ss.Message))
 		return reconcile.Result{}, true
 	}
@@ -332,16 +344,7 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 		ss.Attempts++
 	}
 	result := step.Action.Execute(ctx, p.input(ss))
-	if result.State != nil {
-		ss.State = result.State
-	}
-	if len(result.Outputs) > 0 {
-		if err := checkOutputs(result.Outputs); err != nil {
-			result = steps.Fail(false, "%v", err)
-		} else {
-			ss.Outputs = result.Outputs
-		}
-	}
+	p.keep(ss, &result)
 	switch result.Outcome {
 	case steps.Succeeded:
 		p.endStep(step, ss, v1alpha1.StepSucceeded, result.Message)
@@ -371,6 +374,7 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 		next := metav1.NewTime(at.Time)
 		ss.RetryTime, ss.NextCheckTime = &at, &next
 		ss.Message = fmt.Sprintf("attempt %d failed: %s; retrying in %s", ss.Attempts, result.Message, wait.Round(time.Millisecond))
+		p.settled = append(p.settled, name)
 		p.stepNote(name, true, ReasonStepRetrying, "Step %s: %s", name, ss.Message)
 		return reconcile.Result{RequeueAfter: capAt(wait, p.now, ss.Deadline)}, false
 	}
@@ -382,8 +386,26 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 	return reconcile.Result{}, true
 }
 
+// keep records what an execution returned for the step to keep: its state and outputs. Outputs
+// over the size limit turn the result into a failure.
+func (p *pass) keep(ss *v1alpha1.StepStatus, result *steps.Result) {
+	if result.State != nil {
+		ss.State = result.State
+	}
+	if len(result.Outputs) > 0 {
+		if err := checkOutputs(result.Outputs); err != nil {
+			*result = steps.Fail(false, "%v", err)
+		} else {
+			ss.Outputs = result.Outputs
+		}
+	}
+}
+
 // endStep gives a step its final phase and tells.
 func (p *pass) endStep(step *policy.Step, ss *v1alpha1.StepStatus, phase v1alpha1.StepPhase, msg string) {
+	if ss.Phase == v1alpha1.StepRunning {
+		p.settled = append(p.settled, step.Spec.Name)
+	}
 	now := metav1.NewTime(p.now)
 	ss.Phase, ss.Message, ss.CompletionTime, ss.NextCheckTime, ss.RetryTime = phase, msg, &now, nil, nil
 	name := step.Spec.Name
@@ -414,11 +436,11 @@ func (p *pass) endStep(step *policy.Step, ss *v1alpha1.StepStatus, phase v1alpha
 	}
 }
 
-// releaseInterrupted lets the actions of steps this pass interrupted release what they left
-// running. It runs after the status is written, so a failed write leaves nothing released for a
-// step that will be looked at again.
-func (p *pass) releaseInterrupted(ctx context.Context) {
-	if len(p.interrupted) == 0 || p.e.trusted(p.run) != nil {
+// releaseSettled lets the actions of steps whose attempt ended in this pass release what the
+// attempt made. It runs after the status is written, so nothing is released for a step whose
+// outcome is not recorded yet.
+func (p *pass) releaseSettled(ctx context.Context) {
+	if len(p.settled) == 0 || p.e.trusted(p.run) != nil {
 		return
 	}
 	pipe := p.pipe
@@ -428,7 +450,8 @@ func (p *pass) releaseInterrupted(ctx context.Context) {
 			return
 		}
 	}
-	for _, name := range p.interrupted {
+	slices.Sort(p.settled)
+	for _, name := range slices.Compact(p.settled) {
 		ss := p.run.Status.Step(name)
 		if ss == nil || len(ss.State) == 0 {
 			continue
@@ -455,7 +478,7 @@ func (p *pass) failCurrent(msg string) {
 	for i := range p.run.Status.Steps {
 		ss := &p.run.Status.Steps[i]
 		if ss.Phase == v1alpha1.StepRunning {
-			p.interrupted = append(p.interrupted, ss.Name)
+			p.settled = append(p.settled, ss.Name)
 			now := metav1.NewTime(p.now)
 			ss.Phase, ss.Message, ss.CompletionTime, ss.NextCheckTime, ss.RetryTime = v1alpha1.StepFailed, msg, &now, nil, nil
 		}
@@ -468,7 +491,7 @@ func (p *pass) skipRemaining(why string) {
 		ss := &p.run.Status.Steps[i]
 		if !ss.Phase.Finished() {
 			if ss.Phase == v1alpha1.StepRunning {
-				p.interrupted = append(p.interrupted, ss.Name)
+				p.settled = append(p.settled, ss.Name)
 			}
 			now := metav1.NewTime(p.now)
 			ss.Phase, ss.Message, ss.CompletionTime, ss.NextCheckTime, ss.RetryTime = v1alpha1.StepSkipped, "skipped: "+why, &now, nil, nil
@@ -529,7 +552,11 @@ func (p *pass) afterFinish() {
 // releases it), then its own finalizer, and deletes the run after the retention period. The run's
 // own finalizer marks a release still to do, so a crash anywhere here is completed next time.
 func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) (reconcile.Result, error) {
+	ownedErr := r.releaseOwned(ctx, run)
 	if !run.Status.Phase.Releases(run.Spec.Pipeline.FailurePolicy) {
+		if ownedErr != nil {
+			return reconcile.Result{RequeueAfter: ownedRetry}, nil
+		}
 		return reconcile.Result{}, nil
 	}
 	if slices.Contains(run.Finalizers, FinalizerRun) {
@@ -539,6 +566,11 @@ func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) 
 			if _, err := r.removeFinalizer(ctx, gv.WithKind(t.Kind), t.Namespace, t.Name, t.UID, run.Spec.Finalizer); err != nil && !meta.IsNoMatchError(err) {
 				return reconcile.Result{}, fmt.Errorf("releasing %s %s/%s: %w", t.Kind, t.Namespace, t.Name, err)
 			}
+		}
+		if ownedErr != nil {
+			// The target is released; the run keeps its own finalizer, the mark of work still to
+			// do, until what its steps made is let go.
+			return reconcile.Result{RequeueAfter: ownedRetry}, nil
 		}
 		m := &metav1.PartialObjectMetadata{ObjectMeta: run.ObjectMeta}
 		m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
@@ -560,6 +592,29 @@ func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) 
 		return reconcile.Result{RequeueAfter: left}, nil
 	}
 	return reconcile.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, run))
+}
+
+// ownedRetry is how soon a finished run tries again to let go of what its steps made.
+const ownedRetry = 10 * time.Second
+
+// releaseOwned lets every kind that makes objects for runs let go of this finished run's.
+func (r *runReconciler) releaseOwned(ctx context.Context, run *v1alpha1.TeardownRun) error {
+	if r.trusted(run) != nil {
+		return nil
+	}
+	var errs []error
+	for _, k := range r.kinds {
+		if o, ok := k.(steps.Owner); ok {
+			if err := o.ReleaseRun(ctx, run); err != nil {
+				errs = append(errs, fmt.Errorf("%s steps: %w", k.Name(), err))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "cannot yet let go of what the run's steps made; trying again", "retryIn", ownedRetry)
+		return err
+	}
+	return nil
 }
 
 // commit writes the run status if the pass changed it. The patch is locked to the version read,

@@ -166,12 +166,25 @@ const (
 // one executes the run named by its LabelRun and LabelRunNamespace labels at once.
 type Owner interface {
 	Owns() []client.Object
+	// ReleaseRun lets go of everything the kind's steps made for a finished run: what still runs
+	// is stopped, the rest may be cleaned up. The engine calls it until it returns nil and keeps
+	// the run's own finalizer until then, so nothing is left behind by a crash or a missed
+	// Release. It must be idempotent, and cheap once there is nothing left to do.
+	ReleaseRun(ctx context.Context, run *v1alpha1.TeardownRun) error
 }
 
-// Releaser is implemented by actions that leave something running while in progress (a Job).
-// When a step ends without its action's own final result (the step or the pipeline timed out,
-// or someone broke glass), the engine calls Release once, so the action can let go of what it
-// made. Release must be quick and must not fail the run: it logs what it cannot do.
+// Releaser is implemented by actions that make something an attempt leaves behind (a Job). When
+// an attempt ends in a pass (with the action's own result, as a failure to retry, or without a
+// result: a timeout, break glass), the engine calls Release after the run's status is written,
+// so the action can stop or clean up what the attempt made. Release must be quick and only logs
+// what it cannot do: Owner.ReleaseRun makes up for it when the run ends.
 type Releaser interface {
 	Release(ctx context.Context, in *Input)
+}
+
+// Settler is implemented by actions whose work can end while no reconcile looks (a Job that
+// completes while the operator is down). When a step's deadline has passed, the engine asks for
+// the outcome of work that ended by the deadline before it fails the step as timed out.
+type Settler interface {
+	Settled(ctx context.Context, in *Input, deadline time.Time) (Result, bool)
 }

@@ -13,7 +13,12 @@ import (
 // whole object (a Job's spec) can be written with ${...} anywhere a string goes.
 type Tree struct {
 	root treeNode
+	// templated counts the strings that hold an expression.
+	templated int
 }
+
+// Templated returns how many strings of the tree hold an expression.
+func (t *Tree) Templated() int { return t.templated }
 
 type treeNode struct {
 	path  string
@@ -29,25 +34,27 @@ type treeNode struct {
 // CompileTree compiles every string in v. Errors name the string's path under path, such as
 // spec.steps[0].job.template.spec.template.spec.containers[0].image.
 func (e *Env) CompileTree(v any, path *field.Path) (*Tree, field.ErrorList) {
-	n, errs := e.compileNode(v, path)
-	return &Tree{root: *n}, errs
+	t := &Tree{}
+	n, errs := e.compileNode(v, path, &t.templated)
+	t.root = *n
+	return t, errs
 }
 
-func (e *Env) compileNode(v any, path *field.Path) (*treeNode, field.ErrorList) {
+func (e *Env) compileNode(v any, path *field.Path, templated *int) (*treeNode, field.ErrorList) {
 	n := &treeNode{path: path.String()}
 	var errs field.ErrorList
 	switch x := v.(type) {
 	case map[string]any:
 		n.obj = make(map[string]*treeNode, len(x))
 		for _, k := range sortedKeys(x) {
-			child, cerrs := e.compileNode(x[k], path.Child(k))
+			child, cerrs := e.compileNode(x[k], path.Child(k), templated)
 			n.obj[k] = child
 			errs = append(errs, cerrs...)
 		}
 	case []any:
 		n.arr = make([]*treeNode, len(x))
 		for i := range x {
-			child, cerrs := e.compileNode(x[i], path.Index(i))
+			child, cerrs := e.compileNode(x[i], path.Index(i), templated)
 			n.arr[i] = child
 			errs = append(errs, cerrs...)
 		}
@@ -61,6 +68,7 @@ func (e *Env) compileNode(v any, path *field.Path) (*treeNode, field.ErrorList) 
 			n.value, _ = t.Render(context.Background(), nil) // no expression: only unescapes $${
 		default:
 			n.tmpl = t
+			*templated++
 		}
 	default:
 		n.value = x

@@ -111,8 +111,13 @@ func (c *Compiled) InScope(ns string) bool {
 }
 
 // Selects reports whether labels (and the namespace's labels, for cluster policies) select an
-// object. CEL match is separate because it needs the full object.
+// object. CEL match is separate because it needs the full object. Objects that steps made for a
+// run (a job step's Jobs and their pods) are never targets: a policy on Jobs or Pods would
+// otherwise hold its own teardown work, and start teardowns of it.
 func (c *Compiled) Selects(objLabels, nsLabels map[string]string, namespaced bool) bool {
+	if _, made := objLabels[steps.LabelRunUID]; made {
+		return false
+	}
 	if !c.Selector.Matches(labels.Set(objLabels)) {
 		return false
 	}

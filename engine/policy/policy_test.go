@@ -131,6 +131,8 @@ func TestCompileValid(t *testing.T) {
 		{map[string]string{"app": "web"}, map[string]string{"env": "prod"}, true, false},
 		// The namespace selector does not apply to cluster-scoped objects.
 		{map[string]string{"app": "db"}, nil, false, true},
+		// What steps make for runs (Jobs, their pods) is never a target, whatever its labels.
+		{map[string]string{"app": "db", "teardown.dev/run-uid": "r1"}, map[string]string{"env": "prod"}, true, false},
 	}
 	for _, tt := range tests {
 		if got := got.Selects(tt.objLabels, tt.nsLabels, tt.namespaced); got != tt.want {

@@ -35,6 +35,10 @@ const (
 	EnvAttempt          = "TEARDOWN_ATTEMPT"
 )
 
+// annotationTTL on a Job is the ttlSecondsAfterFinished its step gives it once the outcome is
+// recorded, for the sweep when the run ends (Kind.ReleaseRun), which has no step at hand.
+const annotationTTL = naming.Domain + "/ttl-seconds-after-finished"
+
 // jobNamespace is where the step's Job runs.
 func (a *action) jobNamespace(ctx context.Context, in *steps.Input) (string, error) {
 	switch {
@@ -92,6 +96,7 @@ func (a *action) build(ctx context.Context, in *steps.Input) (*batchv1.Job, erro
 	if job.Annotations, err = renderMeta(ctx, a.annotations, in, "template.metadata.annotations"); err != nil {
 		return nil, err
 	}
+	job.Annotations[annotationTTL] = strconv.Itoa(int(a.ttl))
 	own := ownLabels(in.Run, a.step, attempt)
 	for k, v := range own {
 		job.Labels[k] = v
@@ -113,12 +118,12 @@ func (a *action) build(ctx context.Context, in *steps.Input) (*batchv1.Job, erro
 	for i := range pod.Spec.Containers {
 		pod.Spec.Containers[i].Env = withEnv(pod.Spec.Containers[i].Env, env)
 	}
-	// The Job ends no later than its step: a Job that outlived its step would go on working
-	// behind the pipeline's back.
+	// The Job ends before its step: the Job controller fails it (DeadlineExceeded) a little
+	// before the step's deadline, so the step still records why, with the pod's log, instead of
+	// timing out blind.
 	if d := in.Status.Deadline; d != nil {
-		left := int64(max(d.Sub(in.Now).Round(time.Second)/time.Second, 1))
-		if job.Spec.ActiveDeadlineSeconds == nil || *job.Spec.ActiveDeadlineSeconds > left {
-			job.Spec.ActiveDeadlineSeconds = ptr.To(left)
+		if limit := jobDeadline(d.Sub(in.Now)); job.Spec.ActiveDeadlineSeconds == nil || *job.Spec.ActiveDeadlineSeconds > limit {
+			job.Spec.ActiveDeadlineSeconds = ptr.To(limit)
 		}
 	}
 	// Kept until the step has recorded the outcome; set by conclude.
@@ -130,6 +135,14 @@ func (a *action) build(ctx context.Context, in *steps.Input) (*batchv1.Job, erro
 		}}
 	}
 	return job, nil
+}
+
+// jobDeadline is the activeDeadlineSeconds for a Job whose step has left time before its
+// deadline: that time less a margin (a tenth, at most 30s) for the Job controller to fail the Job
+// and the step to see it; at least 1s.
+func jobDeadline(left time.Duration) int64 {
+	margin := min(left/10, 30*time.Second)
+	return max(int64((left-margin)/time.Second), 1)
 }
 
 func renderMeta(ctx context.Context, m map[string]*expr.Template, in *steps.Input, path string) (map[string]string, error) {

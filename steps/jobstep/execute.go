@@ -17,29 +17,22 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
 // Keys of the step's state in the run status.
 const (
-	stateJob       = "job"    // namespace/name of the attempt's Job
-	stateUID       = "jobUID" // the UID of the Job the step created or adopted; no other is trusted
-	stateAttempt   = "attempt"
-	stateOutcome   = "outcome" // Succeeded or Failed, once the Job's outcome is recorded
-	stateRetryable = "retryable"
-	stateMessage   = "outcomeMessage"
+	stateJob     = "job"    // namespace/name of the attempt's Job
+	stateUID     = "jobUID" // the UID of the Job the step created or adopted; no other is trusted
+	stateAttempt = "attempt"
 )
 
-const (
-	outcomeSucceeded = "Succeeded"
-	outcomeFailed    = "Failed"
-	// retrySoon is the wait after a transient API error, which is not an attempt.
-	retrySoon = 2 * time.Second
-)
+// retrySoon is the wait after a transient API error, which is not an attempt.
+const retrySoon = 2 * time.Second
 
 // state is what the step keeps in its status between reconciles.
 type state struct {
@@ -47,9 +40,6 @@ type state struct {
 	namespace string
 	name      string
 	uid       types.UID
-	outcome   string
-	retryable bool
-	message   string
 }
 
 func readState(m map[string]string) state {
@@ -58,9 +48,6 @@ func readState(m map[string]string) state {
 	s.attempt = int32(a)
 	s.namespace, s.name, _ = strings.Cut(m[stateJob], "/")
 	s.uid = types.UID(m[stateUID])
-	s.outcome = m[stateOutcome]
-	s.retryable = m[stateRetryable] == "true"
-	s.message = m[stateMessage]
 	return s
 }
 
@@ -72,11 +59,6 @@ func (s state) encode() map[string]string {
 	if s.uid != "" {
 		m[stateUID] = string(s.uid)
 	}
-	if s.outcome != "" {
-		m[stateOutcome] = s.outcome
-		m[stateRetryable] = strconv.FormatBool(s.retryable)
-		m[stateMessage] = s.message
-	}
 	return m
 }
 
@@ -85,16 +67,13 @@ func (s state) ref() string { return s.namespace + "/" + s.name }
 func (s state) key() client.ObjectKey { return client.ObjectKey{Namespace: s.namespace, Name: s.name} }
 
 // Execute implements steps.Action. Each call does one thing: create (or adopt) the attempt's Job,
-// look at it, or, once its outcome is recorded, let the Job controller clean it up and finish.
+// or look at it. The Job is cleaned up only after the outcome is written (Release).
 func (a *action) Execute(ctx context.Context, in *steps.Input) steps.Result {
 	st := readState(in.Status.State)
 	if st.attempt != in.Status.Attempts {
 		st = state{attempt: in.Status.Attempts} // a new attempt gets a new Job
 	}
-	switch {
-	case st.outcome != "":
-		return a.conclude(ctx, st)
-	case st.uid == "":
+	if st.uid == "" {
 		return a.create(ctx, in, st)
 	}
 	return a.observe(ctx, in, st)
@@ -170,110 +149,151 @@ func (a *action) observe(ctx context.Context, in *steps.Input, st state) steps.R
 		res.State = st.encode()
 		return res
 	}
-	// The outcome is written to the run's status before the Job may be cleaned up (conclude),
-	// so the Job (and its failed pod's log) is never deleted while the run still needs it.
-	st.outcome, st.retryable, st.message = o.phase, o.retryable, o.message
-	res := steps.Waiting(time.Millisecond, "%s", o.message)
-	res.State = st.encode()
-	return res
+	// The step ends now; the Job (and its failed pod's log) is cleaned up only once this outcome
+	// is written (Release, after the status write).
+	o.State, o.Outputs = st.encode(), outputs(st)
+	return *o
 }
 
-// outcome is a finished Job's result for the step.
-type outcome struct {
-	phase     string
-	retryable bool
-	message   string
-}
-
-// decide returns the Job's outcome, or nil while it runs.
-func (a *action) decide(ctx context.Context, in *steps.Input, job *batchv1.Job) *outcome {
+// decide returns the Job's outcome for the step, or nil while it runs. A Failed Job fails the
+// attempt whatever successCondition says.
+func (a *action) decide(ctx context.Context, in *steps.Input, job *batchv1.Job) *steps.Result {
 	ref := job.Namespace + "/" + job.Name
 	complete, failed := condition(job, batchv1.JobComplete), condition(job, batchv1.JobFailed)
-	if a.success != nil {
+	var res steps.Result
+	switch {
+	case failed != nil:
+		res = steps.Fail(true, "%s", a.failureMessage(ctx, job, failed))
+	case a.success != nil:
 		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(job)
 		if err != nil {
-			return &outcome{outcomeFailed, false, fmt.Sprintf("Job %s: %v", ref, err)}
+			res = steps.Fail(false, "Job %s: %v", ref, err)
+			break
 		}
 		ok, err := a.success.EvalBool(ctx, in.Vars.With(VarJob, obj))
 		switch {
 		case err == nil && ok:
-			return &outcome{outcomeSucceeded, false, fmt.Sprintf("Job %s: successCondition holds (%s)", ref, summary(job))}
+			res = steps.Done("Job %s: successCondition holds (%s)", ref, summary(job))
 		case complete != nil && err != nil:
-			return &outcome{outcomeFailed, false, fmt.Sprintf("Job %s completed, but successCondition cannot be evaluated: %v", ref, err)}
+			res = steps.Fail(false, "Job %s completed, but successCondition cannot be evaluated: %v", ref, err)
 		case complete != nil:
-			return &outcome{outcomeFailed, true, fmt.Sprintf("Job %s completed, but successCondition is false: %s (%s)", ref, a.success, summary(job))}
+			res = steps.Fail(true, "Job %s completed, but successCondition is false: %s (%s)", ref, a.success, summary(job))
+		default:
+			return nil
 		}
-	} else if complete != nil {
-		return &outcome{outcomeSucceeded, false, fmt.Sprintf("Job %s completed (%s)", ref, summary(job))}
+	case complete != nil:
+		res = steps.Done("Job %s completed (%s)", ref, summary(job))
+	default:
+		return nil
 	}
-	if failed != nil {
-		return &outcome{outcomeFailed, true, a.failureMessage(ctx, job, failed)}
-	}
-	return nil
+	return &res
 }
 
-// conclude lets the Job controller delete the Job after its TTL, now that the outcome is in the
-// run's status, and ends the step with that outcome.
-func (a *action) conclude(ctx context.Context, st state) steps.Result {
-	if err := a.setTTL(ctx, st); err != nil {
-		res := steps.Waiting(retrySoon, "%s (setting the Job's ttlSecondsAfterFinished: %v; trying again)", st.message, err)
-		return res
+// Settled implements steps.Settler: at the step's deadline, a Job that finished by then (while
+// the operator was down, say) gives the step its outcome rather than a timeout.
+func (a *action) Settled(ctx context.Context, in *steps.Input, deadline time.Time) (steps.Result, bool) {
+	st := readState(in.Status.State)
+	if st.uid == "" || st.attempt != in.Status.Attempts {
+		return steps.Result{}, false
 	}
-	var res steps.Result
-	if st.outcome == outcomeSucceeded {
-		res = steps.Done("%s", st.message)
-	} else {
-		res = steps.Fail(st.retryable, "%s", st.message)
-	}
-	res.Outputs = outputs(st)
-	return res
-}
-
-// setTTL sets the Job's ttlSecondsAfterFinished. A Job that is gone or was replaced needs none.
-func (a *action) setTTL(ctx context.Context, st state) error {
 	job, _, err := a.read(ctx, st)
 	if err != nil || job == nil {
-		return err
+		return steps.Result{}, false
 	}
-	if job.Spec.TTLSecondsAfterFinished != nil && *job.Spec.TTLSecondsAfterFinished == a.ttl {
-		return nil
+	finished := finishTime(job)
+	if finished.IsZero() || finished.After(deadline) {
+		return steps.Result{}, false
 	}
-	patched := job.DeepCopy()
-	patched.Spec.TTLSecondsAfterFinished = ptr.To(a.ttl)
-	err = a.kind.client.Patch(ctx, patched, client.MergeFromWithOptions(job, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsNotFound(err) {
-		return nil
+	o := a.decide(ctx, in, job)
+	if o == nil {
+		return steps.Result{}, false
 	}
-	return err
+	o.State, o.Outputs = st.encode(), outputs(st)
+	return *o, true
 }
 
-// Release implements steps.Releaser: a step that ended without the Job's outcome deletes a Job
-// still running, and lets a finished one be cleaned up after its TTL.
+// finishTime is when the Job completed or failed; zero while it runs.
+func finishTime(job *batchv1.Job) time.Time {
+	if c := condition(job, batchv1.JobFailed); c != nil {
+		return c.LastTransitionTime.Time
+	}
+	if condition(job, batchv1.JobComplete) != nil {
+		if job.Status.CompletionTime != nil {
+			return job.Status.CompletionTime.Time
+		}
+		return condition(job, batchv1.JobComplete).LastTransitionTime.Time
+	}
+	return time.Time{}
+}
+
+// Release implements steps.Releaser. Once an attempt has ended and its outcome is written, a
+// finished Job may be cleaned up after its TTL, and a Job still running (the step timed out, was
+// abandoned, or succeeded early by its successCondition) is deleted: no teardown work goes on
+// behind the pipeline's back. ReleaseRun makes up for what fails here.
 func (a *action) Release(ctx context.Context, in *steps.Input) {
 	st := readState(in.Status.State)
 	if st.uid == "" {
 		return
 	}
-	log := logf.FromContext(ctx).WithValues("job", st.ref(), "step", a.step)
 	job, _, err := a.read(ctx, st)
-	switch {
-	case err != nil:
-		log.Error(err, "cannot read the Job of an interrupted step; it is left as it is")
-		return
-	case job == nil:
-		return
-	case condition(job, batchv1.JobComplete) != nil || condition(job, batchv1.JobFailed) != nil:
-		if err := a.setTTL(ctx, st); err != nil {
-			log.Error(err, "cannot set ttlSecondsAfterFinished on the Job of an interrupted step")
+	if err == nil && job != nil {
+		err = a.kind.let(ctx, job, a.ttl)
+	}
+	if err != nil {
+		logf.FromContext(ctx).Error(err, "cannot yet let go of the step's Job; the run will when it ends", "job", st.ref(), "step", a.step)
+	}
+}
+
+// ReleaseRun implements steps.Owner: when a run has finished, every Job its steps made, found by
+// label (so also one whose creation a crash kept out of the status), is let go: deleted while it
+// runs, else given its TTL. Jobs already let go cost nothing but the lookup in the cache.
+func (k *Kind) ReleaseRun(ctx context.Context, run *v1alpha1.TeardownRun) error {
+	var jobs batchv1.JobList
+	if err := k.client.List(ctx, &jobs, client.MatchingLabels{steps.LabelRunUID: string(run.UID)}); err != nil {
+		return fmt.Errorf("listing the run's Jobs: %w", err)
+	}
+	var errs []error
+	for i := range jobs.Items {
+		job := &jobs.Items[i]
+		ttl := int32(DefaultTTL / time.Second)
+		if v, ok := job.Annotations[annotationTTL]; ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				ttl = int32(n)
+			}
 		}
-		return
+		if err := k.let(ctx, job, ttl); err != nil {
+			errs = append(errs, fmt.Errorf("job %s/%s: %w", job.Namespace, job.Name, err))
+		}
 	}
-	err = a.kind.client.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &st.uid})
-	if client.IgnoreNotFound(err) != nil {
-		log.Error(err, "cannot delete the running Job of an interrupted step")
-		return
+	return errors.Join(errs...)
+}
+
+// let lets go of a Job whose outcome the run no longer needs: a finished one gets its
+// ttlSecondsAfterFinished (the Job controller deletes it after that), a running one is deleted
+// with its pods. job may come from the cache: it is not modified.
+func (k *Kind) let(ctx context.Context, job *batchv1.Job, ttl int32) error {
+	var err error
+	switch {
+	case job.DeletionTimestamp != nil:
+		return nil
+	case finishTime(job).IsZero():
+		err = k.client.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &job.UID})
+		if err == nil {
+			logf.FromContext(ctx).Info("deleted a Job still running after its step ended", "job", job.Namespace+"/"+job.Name)
+		}
+	case job.Spec.TTLSecondsAfterFinished != nil:
+		return nil
+	default:
+		// Not locked to the resourceVersion, which the Job controller changes often, but to the
+		// UID: a patch that would change it is refused (Invalid), so a Job that replaced this one
+		// under its name is left alone.
+		patch := fmt.Sprintf(`{"metadata":{"uid":%q},"spec":{"ttlSecondsAfterFinished":%d}}`, job.UID, ttl)
+		err = k.client.Patch(ctx, job.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(patch)))
 	}
-	log.Info("deleted the running Job of an interrupted step")
+	if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+		return nil // gone, or replaced by another Job of the same name
+	}
+	return err
 }
 
 // read returns the step's Job: from the cache when it holds the recorded UID, else from the API

@@ -39,6 +39,9 @@ const (
 	LogTailBytes = 2048
 	// VarJob is the CEL variable successCondition reads the Job from.
 	VarJob = "job"
+	// MaxTemplated bounds the strings with ${...} in one template: each is evaluated, within the
+	// per-expression cost limit, whenever the step creates a Job.
+	MaxTemplated = 64
 )
 
 // Options configure the job step kind.
@@ -182,6 +185,9 @@ func (a *action) compileSpec(env *expr.Env, raw []byte, path *field.Path) field.
 	}
 	tree, errs := env.CompileTree(v, path)
 	a.spec = tree
+	if n := tree.Templated(); n > MaxTemplated {
+		errs = append(errs, field.Invalid(path, field.OmitValueType{}, fmt.Sprintf("%d strings hold ${...}; at most %d may", n, MaxTemplated)))
+	}
 	shape, err := json.Marshal(tree.Placeholder(placeholder))
 	if err != nil {
 		return field.ErrorList{field.InternalError(path, err)}

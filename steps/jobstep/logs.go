@@ -47,6 +47,9 @@ func (l apiLogs) TailLog(ctx context.Context, namespace, pod, container string, 
 // failureMessage says why a Job failed: its Failed condition, the failed container, and the last
 // lines of that container's log (or why there are none).
 func (a *action) failureMessage(ctx context.Context, job *batchv1.Job, failed *batchv1.JobCondition) string {
+	// Reading pods and a log is extra work in a reconcile: bound all of it.
+	ctx, cancel := context.WithTimeout(ctx, a.kind.logWait)
+	defer cancel()
 	var b strings.Builder
 	fmt.Fprintf(&b, "Job %s/%s failed: %s", job.Namespace, job.Name, failed.Reason)
 	if failed.Message != "" {
@@ -72,10 +75,8 @@ func (a *action) failureMessage(ctx context.Context, job *batchv1.Job, failed *b
 		return b.String()
 	}
 	fmt.Fprintf(&b, " container %s %s", ctr.Name, describeState(ctr))
-	lctx, cancel := context.WithTimeout(ctx, a.kind.logWait)
-	defer cancel()
 	// Ask for more than is kept: the last lines may be long, and the end is what matters.
-	raw, err := a.kind.logs.TailLog(lctx, pod.Namespace, pod.Name, ctr.Name, LogTailLines, 16*LogTailBytes)
+	raw, err := a.kind.logs.TailLog(ctx, pod.Namespace, pod.Name, ctr.Name, LogTailLines, 16*LogTailBytes)
 	switch {
 	case err != nil:
 		fmt.Fprintf(&b, "; its log cannot be read: %s", firstLine(err.Error()))

@@ -606,7 +606,7 @@ func TestBuildJob(t *testing.T) {
 	if !reflect.DeepEqual(got.Spec.Template.Labels, wantPodLabels) {
 		t.Errorf("pod labels\n%v\nwant\n%v", got.Spec.Template.Labels, wantPodLabels)
 	}
-	if want := map[string]string{"target": "prod/db", "literal": "${x}"}; !reflect.DeepEqual(got.Annotations, want) {
+	if want := map[string]string{"target": "prod/db", "literal": "${x}", "teardown.dev/ttl-seconds-after-finished": "600"}; !reflect.DeepEqual(got.Annotations, want) {
 		t.Errorf("Job annotations %v, want %v", got.Annotations, want)
 	}
 	if want := map[string]string{"a": "b"}; !reflect.DeepEqual(got.Spec.Template.Annotations, want) {
@@ -691,6 +691,24 @@ func TestBuildIndependentAttempts(t *testing.T) {
 	}
 }
 
+func TestJobDeadline(t *testing.T) {
+	tests := []struct {
+		left time.Duration
+		want int64
+	}{
+		{time.Hour, 3570},            // the margin is at most 30s
+		{5 * time.Minute, 270},       // a tenth
+		{10 * time.Second, 9},        // a tenth
+		{1500 * time.Millisecond, 1}, // at least 1s
+		{-time.Minute, 1},
+	}
+	for _, tt := range tests {
+		if got := jobDeadline(tt.left); got != tt.want {
+			t.Errorf("jobDeadline(%s) = %d, want %d", tt.left, got, tt.want)
+		}
+	}
+}
+
 func TestBuildActiveDeadline(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -698,8 +716,9 @@ func TestBuildActiveDeadline(t *testing.T) {
 		deadline *string // step deadline relative to now; nil for none
 		min, max int64   // accepted range; 0, 0 for unset
 	}{
-		{name: "capped at the step's remaining time", deadline: ptrTo("90s"), min: 89, max: 90},
-		{name: "a larger user value is capped", user: `"activeDeadlineSeconds": 1000,`, deadline: ptrTo("90s"), min: 89, max: 90},
+		// 90s left, less a margin of a tenth: the Job controller fails the Job before the step times out.
+		{name: "capped before the step's remaining time", deadline: ptrTo("90s"), min: 80, max: 81},
+		{name: "a larger user value is capped", user: `"activeDeadlineSeconds": 1000,`, deadline: ptrTo("90s"), min: 80, max: 81},
 		{name: "a smaller user value is kept", user: `"activeDeadlineSeconds": 30,`, deadline: ptrTo("90s"), min: 30, max: 30},
 		{name: "deadline passed: one second", deadline: ptrTo("-10s"), min: 1, max: 1},
 		{name: "no deadline, no user value"},
@@ -805,16 +824,6 @@ func TestStateRoundTrip(t *testing.T) {
 			st:   state{attempt: 2, namespace: "shop", name: "db-x1-dump-2", uid: "job-uid"},
 			want: map[string]string{"attempt": "2", "job": "shop/db-x1-dump-2", "jobUID": "job-uid"},
 		},
-		{
-			name: "failed, retryable",
-			st:   state{attempt: 3, namespace: "shop", name: "j", uid: "u", outcome: outcomeFailed, retryable: true, message: "Job shop/j failed: BackoffLimitExceeded"},
-			want: map[string]string{"attempt": "3", "job": "shop/j", "jobUID": "u", "outcome": "Failed", "retryable": "true", "outcomeMessage": "Job shop/j failed: BackoffLimitExceeded"},
-		},
-		{
-			name: "succeeded with an empty message",
-			st:   state{attempt: 1, namespace: "shop", name: "j", uid: "u", outcome: outcomeSucceeded},
-			want: map[string]string{"attempt": "1", "job": "shop/j", "jobUID": "u", "outcome": "Succeeded", "retryable": "false", "outcomeMessage": ""},
-		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -837,8 +846,7 @@ func TestReadStateMissingOrBad(t *testing.T) {
 	}{
 		{"nil", nil, state{}},
 		{"attempt not a number", map[string]string{"attempt": "x"}, state{}},
-		{"retryable only when true", map[string]string{"retryable": "yes"}, state{}},
-		{"outcome kept", map[string]string{"attempt": "4", "outcome": "Failed", "retryable": "true"}, state{attempt: 4, outcome: "Failed", retryable: true}},
+		{"unknown keys ignored", map[string]string{"attempt": "4", "outcome": "Failed"}, state{attempt: 4}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -38,8 +38,13 @@ func jobOf(ctx context.Context, p *v1alpha1.TeardownPolicy, target client.Object
 }
 
 // finishJob writes the status the Job controller writes when a Job completes or fails.
-func finishJob(ctx context.Context, job *batchv1.Job, complete bool) {
+func finishJob(ctx context.Context, job *batchv1.Job, complete bool, also ...func(*batchv1.Job)) {
 	updateStatus(ctx, job, func(j *batchv1.Job) {
+		defer func() {
+			for _, f := range also {
+				f(j)
+			}
+		}()
 		now := metav1.Now()
 		start := metav1.NewTime(now.Add(-time.Second))
 		j.Status.StartTime = &start
@@ -142,7 +147,7 @@ var _ = Describe("Job steps", func() {
 		Expect(c.Env[len(c.Env)-1].Name).To(Equal("TARGET"), "the template's own variables come after ours, so they may refer to them")
 		Expect(j.Spec.Template.Spec.RestartPolicy).To(Equal(corev1.RestartPolicyNever))
 		Expect(j.Spec.ActiveDeadlineSeconds).NotTo(BeNil())
-		Expect(*j.Spec.ActiveDeadlineSeconds).To(BeNumerically("~", 600, 5), "capped at the step's timeout")
+		Expect(*j.Spec.ActiveDeadlineSeconds).To(BeNumerically("~", 570, 5), "capped at the step's timeout, less a margin for the step to see the Job fail")
 		Expect(j.Spec.TTLSecondsAfterFinished).To(BeNil(), "kept until the step has recorded the outcome")
 		Expect(j.OwnerReferences).To(ConsistOf(HaveField("UID", run.UID)))
 
@@ -223,6 +228,7 @@ var _ = Describe("Job steps", func() {
 		})
 		Eventually(gone(ctx, early), 10*time.Second).Should(BeTrue())
 		Expect(stepOf(ctx, early, "shards").Message).To(ContainSubstring("successCondition holds (active 1, succeeded 2, failed 0)"))
+		Eventually(earlyJob, 5*time.Second).Should(BeNil(), "the Job still running when its step succeeded is deleted")
 
 		lateJob := jobOf(ctx, &v1alpha1.TeardownPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "late"}}, late, "shards", 1)
 		Eventually(lateJob, 10*time.Second).ShouldNot(BeNil())
@@ -230,6 +236,18 @@ var _ = Describe("Job steps", func() {
 		finishJob(ctx, lateJob(), true)
 		Eventually(runPhase(ctx, late), 10*time.Second).Should(Equal(v1alpha1.RunFailed))
 		Expect(stepOf(ctx, late, "shards").Message).To(ContainSubstring("completed, but successCondition is false"))
+
+		By("a Job that failed fails the step, whatever successCondition says")
+		always := framework.JobStep("shards", framework.Container("busybox", nil, "true"))
+		always.Job.SuccessCondition = "has(job.status.succeeded) && job.status.succeeded >= 1"
+		p := namespacedPolicy(ns, "partial", always)
+		partial := protect(ctx, p, "partial")
+		Expect(k8s.Delete(ctx, partial)).To(Succeed())
+		partialJob := jobOf(ctx, p, partial, "shards", 1)
+		Eventually(partialJob, 10*time.Second).ShouldNot(BeNil())
+		finishJob(ctx, partialJob(), false, func(j *batchv1.Job) { j.Status.Succeeded = 1 })
+		Eventually(runPhase(ctx, partial), 10*time.Second).Should(Equal(v1alpha1.RunFailed))
+		Expect(stepOf(ctx, partial, "shards").Message).To(ContainSubstring("failed: BackoffLimitExceeded"))
 	})
 
 	It("retries with a fresh Job for the next attempt", func() {
@@ -352,6 +370,60 @@ var _ = Describe("Job steps", func() {
 			}
 			return ""
 		}, 5*time.Second).Should(BeEmpty(), "the Job %s no longer runs behind the pipeline", uid)
+	})
+
+	It("deletes its running Job when someone breaks glass, and any Job of the run when the run ends", func() {
+		ns := newNamespace(ctx)
+		cm, job := startJobStep(ctx, ns, "glass")
+		run := runFor(ctx, cm)()
+
+		By("a Job of the run's that its status never recorded (a crash lost the write)")
+		stray := job().DeepCopy()
+		stray.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: "stray", Labels: job().Labels}
+		stray.Spec.Selector, stray.Spec.ManualSelector, stray.Spec.Template.Labels = nil, nil, nil
+		Expect(k8s.Create(ctx, stray)).To(Succeed())
+		finishJob(ctx, stray, true)
+
+		By("breaking glass while the Job runs")
+		update(ctx, cm, func(c *corev1.ConfigMap) {
+			c.Annotations = map[string]string{engine.AnnotationAbandon: "ops: the database is already gone"}
+		})
+		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
+		Expect(runFor(ctx, cm)().Status.Phase).To(Equal(v1alpha1.RunAbandoned))
+		Eventually(job, 5*time.Second).Should(BeNil(), "the running Job is deleted")
+		Eventually(func() *int32 {
+			j := &batchv1.Job{}
+			if k8s.Get(ctx, client.ObjectKeyFromObject(stray), j) != nil {
+				return nil
+			}
+			return j.Spec.TTLSecondsAfterFinished
+		}, 5*time.Second).Should(HaveValue(Equal(int32(3600))), "the finished stray Job found by its run label may be cleaned up")
+		Eventually(func() []string { return runFor(ctx, cm)().Finalizers }, 5*time.Second).ShouldNot(ContainElement(engine.FinalizerRun))
+		Expect(run.UID).To(Equal(runFor(ctx, cm)().UID))
+	})
+
+	It("takes the outcome of a Job that completed before the step's deadline while the operator was down", Serial, func() {
+		ns := newNamespace(ctx)
+		step := framework.JobStep("dump", framework.Container("postgres:16", nil, "pg_dump"))
+		step.Timeout = dur(4 * time.Second)
+		p := namespacedPolicy(ns, "downtime", step)
+		cm := protect(ctx, p, "target")
+		Expect(k8s.Delete(ctx, cm)).To(Succeed())
+		job := jobOf(ctx, p, cm, "dump", 1)
+		Eventually(job, 10*time.Second).ShouldNot(BeNil())
+		Eventually(stepState(ctx, cm, "dump"), 5*time.Second).Should(HaveKey("jobUID"))
+
+		By("stopping the operator; the Job completes; the step's deadline passes")
+		stopOperator()
+		finishJob(ctx, job(), true)
+		deadline := stepOf(ctx, cm, "dump").Deadline.Time
+		time.Sleep(time.Until(deadline) + time.Second)
+		stopOperator = startOperator()
+
+		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
+		ss := stepOf(ctx, cm, "dump")
+		Expect(ss.Phase).To(Equal(v1alpha1.StepSucceeded))
+		Expect(ss.Message).To(And(ContainSubstring("completed"), ContainSubstring("by the step's deadline")))
 	})
 
 	It("fails at once in a namespace being deleted, saying why, for a TeardownPolicy", func() {

@@ -247,10 +247,11 @@ var _ = Describe("Job samples", func() {
 		pod := job().Spec.Template.Spec
 		Expect(pod.ServiceAccountName).To(Equal("db-backup"))
 		c := pod.Containers[0]
-		Expect(c.Command[2]).To(Equal(`pg_dump --no-owner "${DATABASE_URL}" | gzip | aws s3 cp - "s3://example-backups/` + ns + `/orders/$(TEARDOWN_RUN_UID).sql.gz"`))
+		Expect(c.Command[2]).To(Equal(`pg_dump --no-owner "${DATABASE_URL}" | gzip | aws s3 cp - "s3://example-backups/${TEARDOWN_TARGET_NAMESPACE}/${TEARDOWN_TARGET_NAME}/${TEARDOWN_RUN_UID}.sql.gz"`))
+		Expect(c.Env).To(ContainElement(And(HaveField("Name", "TEARDOWN_TARGET_NAME"), HaveField("Value", "orders"))))
 		Expect(c.Env).To(ContainElement(HaveField("ValueFrom.SecretKeyRef.Name", "orders-db")))
 		Expect(c.Resources.Limits.Memory().String()).To(Equal("4Gi"))
-		Expect(*job().Spec.ActiveDeadlineSeconds).To(BeNumerically("~", 3600, 5))
+		Expect(*job().Spec.ActiveDeadlineSeconds).To(BeNumerically("~", 3570, 5), "the step timeout less a 30s margin")
 		Expect(job().Annotations).To(HaveKeyWithValue("example.com/database", ns+"/orders"))
 
 		finishJob(ctx, job(), true)
@@ -270,9 +271,18 @@ var _ = Describe("Job samples", func() {
 		bucket.SetNamespace(ns)
 		bucket.SetName("assets")
 		bucket.SetLabels(map[string]string{"teardown.dev/empty-on-delete": "true"})
-		Expect(unstructured.SetNestedField(bucket.Object, "shop-assets-prod", "spec", "bucketName")).To(Succeed())
+		Expect(unstructured.SetNestedField(bucket.Object, ns+"-assets", "spec", "bucketName")).To(Succeed())
 		Expect(k8s.Create(ctx, bucket)).To(Succeed())
 		Eventually(finalizers(ctx, bucket), 10*time.Second).Should(ContainElement("clusterteardownpolicy.teardown.dev/bucket-empty-job"))
+
+		By("a Bucket naming a bucket outside its namespace's prefix is not protected (nor emptied)")
+		foreign := bucket.DeepCopy()
+		foreign.SetName("foreign")
+		foreign.SetResourceVersion("")
+		Expect(unstructured.SetNestedField(foreign.Object, "billing-prod-invoices", "spec", "bucketName")).To(Succeed())
+		Expect(k8s.Create(ctx, foreign)).To(Succeed())
+		Consistently(finalizers(ctx, foreign), 2*time.Second).Should(BeEmpty())
+		Expect(k8s.Delete(ctx, foreign)).To(Succeed())
 
 		By("deleting the namespace (envtest has no namespace controller: the test deletes the bucket itself)")
 		Expect(k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
@@ -284,7 +294,7 @@ var _ = Describe("Job samples", func() {
 		}, 10*time.Second).Should(HaveLen(1))
 		j := &jobs.Items[0]
 		Expect(j.Spec.Template.Spec.ServiceAccountName).To(Equal("bucket-cleaner"))
-		Expect(j.Spec.Template.Spec.Containers[0].Args).To(Equal([]string{"s3", "rm", "s3://shop-assets-prod", "--recursive", "--region", "us-east-1"}))
+		Expect(j.Spec.Template.Spec.Containers[0].Args).To(Equal([]string{"s3", "rm", "s3://" + ns + "-assets", "--recursive", "--region", "us-east-1"}))
 		finishJob(ctx, j, true)
 		Eventually(gone(ctx, bucket), 10*time.Second).Should(BeTrue())
 		run := runFor(ctx, bucket)()
