@@ -86,6 +86,8 @@ type Deps struct {
 	// Config is the manager's REST config, for clients the controller-runtime client cannot
 	// replace (pod logs).
 	Config *rest.Config
+	// NamespaceTerminating reports whether a namespace is being deleted, from the cache.
+	NamespaceTerminating func(ctx context.Context, namespace string) bool
 }
 
 // Engine wires the reconcilers together.
@@ -153,7 +155,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...Kind
 	lister := &Lister{reader: mgr.GetAPIReader(), mapper: mgr.GetRESTMapper()}
 	deps := Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Lister: lister,
 		Wake:   func(run types.NamespacedName) { e.runs.Add(reconcile.Request{NamespacedName: run}) },
-		Config: mgr.GetConfig()}
+		Config: mgr.GetConfig(), NamespaceTerminating: e.namespaceTerminating}
 	for _, f := range kinds {
 		e.kinds = append(e.kinds, f(deps))
 	}

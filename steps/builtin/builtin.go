@@ -35,7 +35,7 @@ func Kinds(opts Options) []engine.KindFactory {
 			if err != nil {
 				logs = noLogs{err}
 			}
-			return jobstep.New(d.Client, d.Reader, logs, opts.Job)
+			return jobstep.New(d.Client, d.Reader, logs, d.NamespaceTerminating, opts.Job)
 		},
 	}
 }

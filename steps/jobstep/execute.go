@@ -138,26 +138,24 @@ func (a *action) observe(ctx context.Context, in *steps.Input, st state) steps.R
 		if other != "" {
 			msg = fmt.Sprintf("Job %s (uid %s) was replaced by another Job of the same name (uid %s), which is not trusted", st.ref(), st.uid, other)
 		}
-		if a.terminating(ctx, st.namespace) {
+		if a.kind.terminating(ctx, st.namespace) {
 			return steps.Fail(false, "%s: %s", msg, terminatingMessage(st.namespace, a.namespaced))
 		}
 		return steps.Fail(true, "%s", msg)
 	}
-	o := a.decide(ctx, in, job)
-	if o == nil {
-		res := steps.Waiting(a.kind.recheck, "waiting for Job %s to finish (%s)", st.ref(), summary(job))
-		res.State = st.encode()
-		return res
+	// On an outcome the step ends now; the Job (and its failed pod's log) is cleaned up only once
+	// the outcome is written (Release, after the status write).
+	if o := a.decide(ctx, in, st, job); o != nil {
+		return *o
 	}
-	// The step ends now; the Job (and its failed pod's log) is cleaned up only once this outcome
-	// is written (Release, after the status write).
-	o.State, o.Outputs = st.encode(), outputs(st)
-	return *o
+	res := steps.Waiting(a.kind.recheck, "waiting for Job %s to finish (%s)", st.ref(), summary(job))
+	res.State = st.encode()
+	return res
 }
 
-// decide returns the Job's outcome for the step, or nil while it runs. A Failed Job fails the
-// attempt whatever successCondition says.
-func (a *action) decide(ctx context.Context, in *steps.Input, job *batchv1.Job) *steps.Result {
+// decide returns the step's result for the Job's outcome, with the step's state and outputs, or
+// nil while the Job runs. A Failed Job fails the attempt whatever successCondition says.
+func (a *action) decide(ctx context.Context, in *steps.Input, st state, job *batchv1.Job) *steps.Result {
 	ref := job.Namespace + "/" + job.Name
 	complete, failed := condition(job, batchv1.JobComplete), condition(job, batchv1.JobFailed)
 	var res steps.Result
@@ -186,6 +184,7 @@ func (a *action) decide(ctx context.Context, in *steps.Input, job *batchv1.Job) 
 	default:
 		return nil
 	}
+	res.State, res.Outputs = st.encode(), outputs(st)
 	return &res
 }
 
@@ -204,12 +203,10 @@ func (a *action) Settled(ctx context.Context, in *steps.Input, deadline time.Tim
 	if finished.IsZero() || finished.After(deadline) {
 		return steps.Result{}, false
 	}
-	o := a.decide(ctx, in, job)
-	if o == nil {
-		return steps.Result{}, false
+	if o := a.decide(ctx, in, st, job); o != nil {
+		return *o, true
 	}
-	o.State, o.Outputs = st.encode(), outputs(st)
-	return *o, true
+	return steps.Result{}, false
 }
 
 // finishTime is when the Job completed or failed; zero while it runs.
@@ -237,7 +234,7 @@ func (a *action) Release(ctx context.Context, in *steps.Input) {
 	}
 	job, _, err := a.read(ctx, st)
 	if err == nil && job != nil {
-		err = a.kind.let(ctx, job, a.ttl)
+		err = a.kind.let(ctx, job)
 	}
 	if err != nil {
 		logf.FromContext(ctx).Error(err, "cannot yet let go of the step's Job; the run will when it ends", "job", st.ref(), "step", a.step)
@@ -255,23 +252,17 @@ func (k *Kind) ReleaseRun(ctx context.Context, run *v1alpha1.TeardownRun) error 
 	var errs []error
 	for i := range jobs.Items {
 		job := &jobs.Items[i]
-		ttl := int32(DefaultTTL / time.Second)
-		if v, ok := job.Annotations[annotationTTL]; ok {
-			if n, err := strconv.Atoi(v); err == nil {
-				ttl = int32(n)
-			}
-		}
-		if err := k.let(ctx, job, ttl); err != nil {
+		if err := k.let(ctx, job); err != nil {
 			errs = append(errs, fmt.Errorf("job %s/%s: %w", job.Namespace, job.Name, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// let lets go of a Job whose outcome the run no longer needs: a finished one gets its
-// ttlSecondsAfterFinished (the Job controller deletes it after that), a running one is deleted
-// with its pods. job may come from the cache: it is not modified.
-func (k *Kind) let(ctx context.Context, job *batchv1.Job, ttl int32) error {
+// let lets go of a Job whose outcome the run no longer needs: a finished one gets the
+// ttlSecondsAfterFinished its step gave it (annotationTTL; the Job controller deletes it after
+// that), a running one is deleted with its pods. job may come from the cache: it is not modified.
+func (k *Kind) let(ctx context.Context, job *batchv1.Job) error {
 	var err error
 	switch {
 	case job.DeletionTimestamp != nil:
@@ -287,13 +278,21 @@ func (k *Kind) let(ctx context.Context, job *batchv1.Job, ttl int32) error {
 		// Not locked to the resourceVersion, which the Job controller changes often, but to the
 		// UID: a patch that would change it is refused (Invalid), so a Job that replaced this one
 		// under its name is left alone.
-		patch := fmt.Sprintf(`{"metadata":{"uid":%q},"spec":{"ttlSecondsAfterFinished":%d}}`, job.UID, ttl)
+		patch := fmt.Sprintf(`{"metadata":{"uid":%q},"spec":{"ttlSecondsAfterFinished":%d}}`, job.UID, ttlOf(job))
 		err = k.client.Patch(ctx, job.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(patch)))
 	}
 	if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
 		return nil // gone, or replaced by another Job of the same name
 	}
 	return err
+}
+
+// ttlOf is the ttlSecondsAfterFinished a Job's step gave it, DefaultTTL when unreadable.
+func ttlOf(job *batchv1.Job) int32 {
+	if n, err := strconv.ParseInt(job.Annotations[annotationTTL], 10, 32); err == nil && n >= 0 {
+		return int32(n)
+	}
+	return int32(DefaultTTL / time.Second)
 }
 
 // read returns the step's Job: from the cache when it holds the recorded UID, else from the API
@@ -318,14 +317,6 @@ func (a *action) read(ctx context.Context, st state) (*batchv1.Job, types.UID, e
 		return nil, job.UID, nil
 	}
 	return job, "", nil
-}
-
-// terminating reports whether ns is being deleted, from the engine's namespace cache.
-func (a *action) terminating(ctx context.Context, ns string) bool {
-	m := &metav1.PartialObjectMetadata{}
-	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
-	err := a.kind.client.Get(ctx, client.ObjectKey{Name: ns}, m)
-	return err == nil && m.DeletionTimestamp != nil
 }
 
 func condition(job *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondition {

@@ -1,6 +1,7 @@
 package jobstep
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -54,23 +55,25 @@ type Options struct {
 
 // Kind is the job step kind.
 type Kind struct {
-	client  client.Client // cached for the Jobs the engine watches; writes
-	reader  client.Reader // the API server
-	logs    LogReader
-	recheck time.Duration
-	logWait time.Duration
+	client      client.Client // cached for the Jobs the engine watches; writes
+	reader      client.Reader // the API server
+	logs        LogReader
+	terminating func(ctx context.Context, namespace string) bool
+	recheck     time.Duration
+	logWait     time.Duration
 }
 
 // New returns the job kind. c reads Jobs from the cache (the engine watches the labelled ones)
-// and writes; reader reads from the API server; logs reads failed pods' logs.
-func New(c client.Client, reader client.Reader, logs LogReader, opts Options) *Kind {
+// and writes; reader reads from the API server; logs reads failed pods' logs; terminating tells
+// whether a namespace is being deleted (engine.Deps.NamespaceTerminating).
+func New(c client.Client, reader client.Reader, logs LogReader, terminating func(context.Context, string) bool, opts Options) *Kind {
 	if opts.Recheck <= 0 {
 		opts.Recheck = DefaultRecheck
 	}
 	if opts.LogTimeout <= 0 {
 		opts.LogTimeout = 3 * time.Second
 	}
-	return &Kind{client: c, reader: reader, logs: logs, recheck: opts.Recheck, logWait: opts.LogTimeout}
+	return &Kind{client: c, reader: reader, logs: logs, terminating: terminating, recheck: opts.Recheck, logWait: opts.LogTimeout}
 }
 
 // Name implements steps.Kind.

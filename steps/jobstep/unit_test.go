@@ -69,7 +69,7 @@ func jobStep(job v1alpha1.JobStep, spec string) *v1alpha1.Step {
 // compileAction compiles a step that must be valid.
 func compileAction(t *testing.T, namespaced bool, job v1alpha1.JobStep, spec string) *action {
 	t.Helper()
-	act, errs := New(nil, nil, nil, Options{}).Compile(compileCtx(t, namespaced), jobStep(job, spec), stepPath)
+	act, errs := New(nil, nil, nil, nil, Options{}).Compile(compileCtx(t, namespaced), jobStep(job, spec), stepPath)
 	if len(errs) > 0 {
 		t.Fatalf("Compile: %v", errs)
 	}
@@ -316,7 +316,7 @@ func TestCompileErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			act, errs := New(nil, nil, nil, Options{}).Compile(compileCtx(t, tt.namespaced), jobStep(tt.job, tt.spec), stepPath)
+			act, errs := New(nil, nil, nil, nil, Options{}).Compile(compileCtx(t, tt.namespaced), jobStep(tt.job, tt.spec), stepPath)
 			if act != nil {
 				t.Errorf("Compile returned an action (%T) with errors", act)
 			}

@@ -110,17 +110,7 @@ var _ = Describe("Job steps on a real control plane", func() {
 		jobs := newNamespace(ctx, "teardown-jobs")
 		step := framework.JobStep("archive", framework.Container("registry.example.com/archive:1", kwokPod("1s", false), "archive", "${object.metadata.namespace}/${object.metadata.name}"))
 		step.Job.Namespace = jobs
-		cp := &v1alpha1.ClusterTeardownPolicy{
-			ObjectMeta: metav1.ObjectMeta{Name: "archive-" + doomed},
-			Spec: v1alpha1.ClusterTeardownPolicySpec{
-				TeardownPolicySpec: v1alpha1.TeardownPolicySpec{
-					TargetRef: v1alpha1.TargetReference{APIVersion: "v1", Kind: "ConfigMap"},
-					Selector:  &metav1.LabelSelector{MatchLabels: map[string]string{"app": "archive"}},
-					Pipeline:  v1alpha1.Pipeline{Steps: []v1alpha1.Step{step}},
-				},
-				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": doomed}},
-			},
-		}
+		cp := framework.ClusterPolicy("archive-"+doomed, "archive", doomed, step)
 		Expect(k8s.Create(ctx, cp)).To(Succeed())
 		DeferCleanup(func() { _ = k8s.Delete(ctx, cp) })
 		var targets []*corev1.ConfigMap

@@ -44,6 +44,22 @@ func NamespacedPolicy(ns, name string, steps ...v1alpha1.Step) *v1alpha1.Teardow
 	}
 }
 
+// ClusterPolicy returns a ClusterTeardownPolicy on the ConfigMaps labelled app=<app> in the one
+// namespace ns.
+func ClusterPolicy(name, app, ns string, steps ...v1alpha1.Step) *v1alpha1.ClusterTeardownPolicy {
+	return &v1alpha1.ClusterTeardownPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.ClusterTeardownPolicySpec{
+			TeardownPolicySpec: v1alpha1.TeardownPolicySpec{
+				TargetRef: v1alpha1.TargetReference{APIVersion: "v1", Kind: "ConfigMap"},
+				Selector:  &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
+				Pipeline:  v1alpha1.Pipeline{Steps: steps},
+			},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+		},
+	}
+}
+
 // Probe reads the cluster through one client.
 type Probe struct {
 	Client client.Client

@@ -457,18 +457,8 @@ var _ = Describe("HTTP steps", func() {
 		forbidden.handle(ns, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
 		auth := authFrom("creds", "token")
 		auth.ValueFrom.SecretKeyRef.Namespace = "${object.metadata.namespace}"
-		cp := &v1alpha1.ClusterTeardownPolicy{
-			ObjectMeta: metav1.ObjectMeta{Name: "egress-" + ns},
-			Spec: v1alpha1.ClusterTeardownPolicySpec{
-				TeardownPolicySpec: v1alpha1.TeardownPolicySpec{
-					TargetRef: v1alpha1.TargetReference{APIVersion: "v1", Kind: "ConfigMap"},
-					Selector:  &metav1.LabelSelector{MatchLabels: map[string]string{"app": "cluster-egress"}},
-					Pipeline: v1alpha1.Pipeline{Steps: []v1alpha1.Step{httpStep("call", v1alpha1.HTTPStep{
-						Method: "POST", URL: forbidden.url(ns, "/internal"), Headers: []v1alpha1.HTTPHeader{auth}})}},
-				},
-				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
-			},
-		}
+		cp := framework.ClusterPolicy("egress-"+ns, "cluster-egress", ns, httpStep("call", v1alpha1.HTTPStep{
+			Method: "POST", URL: forbidden.url(ns, "/internal"), Headers: []v1alpha1.HTTPHeader{auth}}))
 		Expect(k8s.Create(ctx, cp)).To(Succeed())
 		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, cp))).To(Succeed()) })
 		expectReady(ctx, cp, metav1.ConditionTrue)

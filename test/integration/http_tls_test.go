@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
 // issued is a certificate and its key, in PEM.
@@ -98,22 +99,12 @@ var _ = Describe("HTTP steps over TLS", func() {
 		caRef := &v1alpha1.CABundleSource{ConfigMapKeyRef: &v1alpha1.ConfigMapKeyRef{Name: "api-ca", Key: "ca.crt", Namespace: "${object.metadata.namespace}"}}
 		certRef := &v1alpha1.ClientCertificateRef{SecretName: "client-cert", Namespace: "${object.metadata.namespace}"}
 		continuing := func(s v1alpha1.Step) v1alpha1.Step { s.OnFailure = v1alpha1.OnFailureContinue; return s }
-		cp := &v1alpha1.ClusterTeardownPolicy{
-			ObjectMeta: metav1.ObjectMeta{Name: "tls-" + ns},
-			Spec: v1alpha1.ClusterTeardownPolicySpec{
-				TeardownPolicySpec: v1alpha1.TeardownPolicySpec{
-					TargetRef: v1alpha1.TargetReference{APIVersion: "v1", Kind: "ConfigMap"},
-					Selector:  &metav1.LabelSelector{MatchLabels: map[string]string{"app": "tls"}},
-					Pipeline: v1alpha1.Pipeline{Steps: []v1alpha1.Step{
-						continuing(httpStep("system-roots", v1alpha1.HTTPStep{URL: srv.URL + "/"})),
-						continuing(httpStep("no-client-cert", v1alpha1.HTTPStep{URL: srv.URL + "/", TLS: &v1alpha1.HTTPTLS{CA: caRef}})),
-						httpStep("mutual", v1alpha1.HTTPStep{URL: srv.URL + "/", TLS: &v1alpha1.HTTPTLS{CA: caRef, ClientCertificate: certRef},
-							Outputs: map[string]v1alpha1.Expression{"client": "response.body.client"}}),
-					}},
-				},
-				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
-			},
-		}
+		cp := framework.ClusterPolicy("tls-"+ns, "tls", ns,
+			continuing(httpStep("system-roots", v1alpha1.HTTPStep{URL: srv.URL + "/"})),
+			continuing(httpStep("no-client-cert", v1alpha1.HTTPStep{URL: srv.URL + "/", TLS: &v1alpha1.HTTPTLS{CA: caRef}})),
+			httpStep("mutual", v1alpha1.HTTPStep{URL: srv.URL + "/", TLS: &v1alpha1.HTTPTLS{CA: caRef, ClientCertificate: certRef},
+				Outputs: map[string]v1alpha1.Expression{"client": "response.body.client"}}),
+		)
 		Expect(k8s.Create(ctx, cp)).To(Succeed())
 		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, cp))).To(Succeed()) })
 		expectReady(ctx, cp, metav1.ConditionTrue)
