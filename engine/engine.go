@@ -107,6 +107,8 @@ type Engine struct {
 	lookups  *interest
 	written  *writtenVersions
 	kinds    steps.Registry
+	// matchErrs are the objects whose match fails to evaluate, per policy.
+	matchErrs *matchErrors
 }
 
 var namespaceGVK = schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}
@@ -142,14 +144,15 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...Kind
 		return nil, fmt.Errorf("metadata client: %w", err)
 	}
 	e := &Engine{
-		opts:     opts,
-		client:   mgr.GetClient(),
-		reader:   mgr.GetAPIReader(),
-		registry: policy.NewRegistry(),
-		policies: map[string]*queueRef[reconcile.Request]{policy.KindNamespaced: {}, policy.KindCluster: {}},
-		lookups:  newInterest(),
-		written:  newWrittenVersions(),
-		metrics:  newMetrics(),
+		opts:      opts,
+		client:    mgr.GetClient(),
+		reader:    mgr.GetAPIReader(),
+		registry:  policy.NewRegistry(),
+		policies:  map[string]*queueRef[reconcile.Request]{policy.KindNamespaced: {}, policy.KindCluster: {}},
+		lookups:   newInterest(),
+		written:   newWrittenVersions(),
+		matchErrs: newMatchErrors(),
+		metrics:   newMetrics(),
 	}
 	e.events = newEventSink(mgr.GetEventRecorder("teardown-operator"), e.namespaceTerminating)
 	lister := &Lister{reader: mgr.GetAPIReader(), mapper: mgr.GetRESTMapper()}
@@ -159,7 +162,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...Kind
 	for _, f := range kinds {
 		e.kinds = append(e.kinds, f(deps))
 	}
-	e.compiler = policy.NewCompiler(env, e.kinds)
+	e.compiler = policy.NewCompiler(env, e.kinds, lister.Namespaced)
 	e.watches = watch.NewManager(mc, mgr.GetRESTMapper(), e.route, opts.Resync, ctrl.Log.WithName("watch"))
 	if err := mgr.Add(e.watches); err != nil {
 		return nil, err
@@ -193,6 +196,7 @@ func (e *Engine) setupControllers(mgr manager.Manager) error {
 		err := builder.ControllerManagedBy(mgr).
 			Named(kind).
 			For(obj).
+			Watches(&v1alpha1.TeardownRun{}, e.recountOnRuns(kind)).
 			WatchesRawSource(e.policies[kind].source()).
 			WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
 			Complete(r)
@@ -243,12 +247,13 @@ func (e *Engine) setupControllers(mgr manager.Manager) error {
 	}
 	return runs.
 		// A run's own status writes must not wake it: its next check time is in the status and
-		// it is requeued for it. Creation, deletion and finalizer changes do wake it.
+		// it is requeued for it. Creation, deletion, finalizer changes and a retry request do.
 		For(&v1alpha1.TeardownRun{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{},
 			predicate.Funcs{UpdateFunc: func(ev event.UpdateEvent) bool {
 				o, n := ev.ObjectOld, ev.ObjectNew
-				return (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) || !slices.Equal(o.GetFinalizers(), n.GetFinalizers())
+				return (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) || !slices.Equal(o.GetFinalizers(), n.GetFinalizers()) ||
+					n.GetAnnotations()[AnnotationRetry] != "" && o.GetAnnotations()[AnnotationRetry] != n.GetAnnotations()[AnnotationRetry]
 			}},
 		))).
 		WatchesRawSource(e.runs.source()).
@@ -268,8 +273,15 @@ func runOfOwned(_ context.Context, o client.Object) []reconcile.Request {
 // route receives every event of the dynamic informers and queues the work it implies.
 func (e *Engine) route(ev watch.Event) {
 	o := ev.Object
+	tkey := TargetKey{GVK: ev.GVK, Namespace: o.Namespace, Name: o.Name}
 	if !ev.Deleted && e.registry.UsesGVK(ev.GVK) {
-		e.targets.Add(TargetKey{GVK: ev.GVK, Namespace: o.Namespace, Name: o.Name})
+		e.targets.Add(tkey)
+	}
+	e.recountOnFinalizers(ev)
+	if ev.Deleted {
+		for _, pkey := range e.matchErrs.forgetObject(tkey) {
+			e.recountPolicy(pkey)
+		}
 	}
 	if runsCare(ev) {
 		for _, r := range e.runsOfTarget(context.Background(), o.UID) {

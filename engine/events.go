@@ -23,6 +23,9 @@ const (
 	ReasonPolicyInvalid    = "PolicyInvalid"
 	ReasonPolicyGone       = "PolicyGone"
 	ReasonPipelineTimedOut = "PipelineTimedOut"
+	ReasonMatchFailed      = "MatchFailed"
+	ReasonRetried          = "TeardownRetried"
+	ReasonRetryRefused     = "RetryRefused"
 )
 
 // runEvent is one event to emit about a run, and about its target.

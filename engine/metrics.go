@@ -13,6 +13,7 @@ type metrics struct {
 	activeRuns       *prometheus.GaugeVec
 	stuckRuns        *prometheus.GaugeVec
 	protected        *prometheus.GaugeVec
+	matchErrors      *prometheus.GaugeVec
 }
 
 var (
@@ -44,8 +45,11 @@ func newMetrics() *metrics {
 		protected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "teardown_protected_objects", Help: "Objects carrying a policy's finalizer, by policy.",
 		}, []string{"policy"}),
+		matchErrors: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "teardown_match_errors", Help: "Objects whose policy match fails to evaluate (left as they are), by policy.",
+		}, []string{"policy"}),
 	}
-	ctrlmetrics.Registry.MustRegister(m.pipelineDuration, m.stepDuration, m.stepFailures, m.activeRuns, m.stuckRuns, m.protected)
+	ctrlmetrics.Registry.MustRegister(m.pipelineDuration, m.stepDuration, m.stepFailures, m.activeRuns, m.stuckRuns, m.protected, m.matchErrors)
 	registered = m
 	return m
 }
@@ -55,6 +59,7 @@ func (m *metrics) forget(policy string) {
 	m.activeRuns.DeleteLabelValues(policy)
 	m.stuckRuns.DeleteLabelValues(policy)
 	m.protected.DeleteLabelValues(policy)
+	m.matchErrors.DeleteLabelValues(policy)
 	by := prometheus.Labels{"policy": policy}
 	m.pipelineDuration.DeletePartialMatch(by)
 	m.stepDuration.DeletePartialMatch(by)

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -38,8 +39,6 @@ const (
 	// retryNotServed is how often a policy whose target kind is missing looks again, so that it
 	// recovers by itself once the CRD is installed.
 	retryNotServed = 10 * time.Second
-	// refreshActive keeps counts and the stuck gauge fresh while a policy has runs in flight.
-	refreshActive = 30 * time.Second
 	// retryDeleting is how often a policy being deleted checks whether its targets are released.
 	retryDeleting = 2 * time.Second
 )
@@ -95,7 +94,7 @@ func (r *policyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 // and keeps what is known of the policy in the registry so its finalizers stay untouched.
 func (r *policyReconciler) compile(v policy.View) (*policy.Compiled, reconcile.Result) {
 	gvk := targetGVK(v.Spec)
-	compiled, errs := r.compiler.Compile(v)
+	compiled, errs := r.compiled(v)
 	if len(errs) > 0 {
 		r.registry.SetInvalid(v.Key, gvk)
 		r.acquireQuietly(gvk, v.Key)
@@ -125,6 +124,15 @@ func (r *policyReconciler) compile(v policy.View) (*policy.Compiled, reconcile.R
 		r.setReady(v, metav1.ConditionTrue, ReasonProtecting, fmt.Sprintf("protecting %s objects; finalizer %s", gvk.Kind, compiled.Finalizer))
 	}
 	return compiled, reconcile.Result{}
+}
+
+// compiled returns the policy compiled, reusing the registry's copy of this generation: most
+// reconciles of a policy only recount its objects and runs.
+func (r *policyReconciler) compiled(v policy.View) (*policy.Compiled, field.ErrorList) {
+	if prev := r.registry.Get(v.Key); prev != nil && prev.UID == v.Object.GetUID() && prev.Generation == v.Object.GetGeneration() && !prev.Deleting {
+		return prev, nil
+	}
+	return r.compiler.Compile(v)
 }
 
 func (r *policyReconciler) acquireQuietly(gvk schema.GroupVersionKind, key policy.Key) {
@@ -212,6 +220,7 @@ func (r *policyReconciler) forget(key policy.Key) {
 		r.watches.Release(prev.GVK, consumerOf(key))
 	}
 	r.metrics.forget(key.String())
+	r.matchErrs.forgetPolicy(key)
 }
 
 func (r *policyReconciler) ensureFinalizer(ctx context.Context, obj client.Object) error {
@@ -251,21 +260,15 @@ func (r *policyReconciler) writeStatus(ctx context.Context, v policy.View, cache
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		active, stuck := 0, 0
-		for _, run := range runs {
-			unfinished := !run.Status.Phase.Finished() || !run.Status.Phase.Releases(run.Spec.Pipeline.FailurePolicy)
-			if !run.Status.Phase.Finished() {
-				active++
-			}
-			if unfinished && time.Since(run.CreationTimestamp.Time) > r.opts.StuckAfter {
-				stuck++
-			}
-		}
-		st.ActiveRuns = int32(active)
-		r.metrics.activeRuns.WithLabelValues(v.Key.String()).Set(float64(active))
-		r.metrics.stuckRuns.WithLabelValues(v.Key.String()).Set(float64(stuck))
-		if active > 0 || stuck > 0 {
-			res = earliest(res, reconcile.Result{RequeueAfter: refreshActive})
+		counts := countRuns(runs, time.Now(), r.opts.StuckAfter)
+		st.ActiveRuns, st.StuckRuns = int32(counts.active), int32(counts.stuck)
+		st.MatchErrors = int32(r.matchErrs.count(v.Key))
+		r.metrics.activeRuns.WithLabelValues(v.Key.String()).Set(float64(counts.active))
+		r.metrics.stuckRuns.WithLabelValues(v.Key.String()).Set(float64(counts.stuck))
+		r.metrics.matchErrors.WithLabelValues(v.Key.String()).Set(float64(st.MatchErrors))
+		if counts.nextStuck > 0 {
+			// A run crosses the stuck threshold with nothing else happening: count it then.
+			res = earliest(res, reconcile.Result{RequeueAfter: counts.nextStuck})
 		}
 	}
 	r.metrics.protected.WithLabelValues(v.Key.String()).Set(float64(st.Protected))

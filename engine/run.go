@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -54,7 +53,11 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, err
 	}
 	var res reconcile.Result
-	if cached.Status.Phase.Finished() {
+	retried := false
+	if value := cached.Annotations[AnnotationRetry]; value != "" {
+		retried = p.retryRequest(value)
+	}
+	if p.run.Status.Phase.Finished() && !retried {
 		p.afterFinish()
 	} else {
 		res, err = p.advance(ctx)
@@ -68,6 +71,17 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return reconcile.Result{}, err
+	}
+	// Only what is written is observed and logged: a pass redone after a conflict counts once.
+	for _, observe := range p.observations {
+		observe()
+	}
+	logTransitions(ctx, p.orig, p.run)
+	if p.clearRetry != "" {
+		if err := r.clearRetryAnnotation(ctx, p.run, p.clearRetry); err != nil {
+			ctrl.LoggerFrom(ctx).Info("cannot remove the retry annotation yet", "error", err.Error())
+			res = earliest(res, reconcile.Result{RequeueAfter: conflictRetry})
+		}
 	}
 	p.flushEvents(ctx)
 	p.releaseSettled(ctx)
@@ -133,6 +147,10 @@ type pass struct {
 	// settled names the steps whose attempt ended in this pass, with or without a result of the
 	// action's own: their actions may release what the attempt made (see steps.Releaser).
 	settled []string
+	// observations are the metric observations of the pass, made once its status is written.
+	observations []func()
+	// clearRetry is the retry annotation's value this pass handled, removed after the write.
+	clearRetry string
 }
 
 func (r *runReconciler) newPass(ctx context.Context, cached *v1alpha1.TeardownRun) (*pass, error) {
@@ -182,6 +200,7 @@ func (p *pass) advance(ctx context.Context) (reconcile.Result, error) {
 	if err := p.e.trusted(p.run); err != nil {
 		p.start()
 		p.skipRemaining("run rejected")
+		p.setFailed(reasonRejected, err.Error())
 		p.finish(v1alpha1.RunFailed, "rejected, nothing was run or released: "+err.Error())
 		return reconcile.Result{}, nil
 	}
@@ -194,7 +213,9 @@ func (p *pass) advance(ctx context.Context) (reconcile.Result, error) {
 	}
 	pipe, err := p.e.compiler.PipelineForRun(p.run)
 	if err != nil {
-		p.finish(v1alpha1.RunFailed, fmt.Sprintf("pipeline cannot be compiled: %v", err))
+		msg := fmt.Sprintf("pipeline cannot be compiled: %v", err)
+		p.setFailed(reasonInvalidPipeline, msg)
+		p.finish(v1alpha1.RunFailed, msg)
 		return reconcile.Result{}, nil
 	}
 	p.pipe = pipe
@@ -208,7 +229,9 @@ func (p *pass) advance(ctx context.Context) (reconcile.Result, error) {
 		p.failCurrent(fmt.Sprintf("pipeline timed out after %s", p.run.Spec.Pipeline.Timeout.Duration))
 		p.skipRemaining("the pipeline timed out")
 		p.note(true, ReasonPipelineTimedOut, "Pipeline timed out after %s", p.run.Spec.Pipeline.Timeout.Duration)
-		p.finish(v1alpha1.RunFailed, "pipeline timed out")
+		msg := fmt.Sprintf("pipeline timed out after %s", p.run.Spec.Pipeline.Timeout.Duration)
+		p.setFailed(reasonPipelineTimedOut, msg)
+		p.finish(v1alpha1.RunFailed, msg)
 		return reconcile.Result{}, nil
 	}
 	res, failed := p.runSteps(ctx)
@@ -216,7 +239,13 @@ func (p *pass) advance(ctx context.Context) (reconcile.Result, error) {
 		return p.capAtDeadline(res), nil
 	}
 	if failed != "" {
-		p.finish(v1alpha1.RunFailed, fmt.Sprintf("step %s failed", failed))
+		// Carry the step's own reason: "step export failed" alone sends everyone to describe.
+		msg := fmt.Sprintf("step %s failed", failed)
+		if ss := p.run.Status.Step(failed); ss != nil && ss.Message != "" {
+			msg += ": " + ss.Message
+		}
+		p.setFailed(reasonStepFailed, msg)
+		p.finish(v1alpha1.RunFailed, msg)
 	} else {
 		p.finish(v1alpha1.RunSucceeded, "all steps done")
 	}
@@ -312,7 +341,12 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 			}
 		}
 		now := metav1.NewTime(p.now)
-		ss.Phase, ss.StartTime, ss.Attempts = v1alpha1.StepRunning, &now, 1
+		// Attempts go on from a retried run's last one; the retry limit counts from FirstAttempt.
+		ss.Phase, ss.StartTime = v1alpha1.StepRunning, &now
+		ss.Attempts++
+		if ss.Attempts > 1 {
+			ss.FirstAttempt = ss.Attempts
+		}
 		if to := step.Spec.Timeout; to != nil && to.Duration > 0 {
 			d := metav1.NewMicroTime(p.now.Add(to.Duration))
 			ss.Deadline = &d
@@ -333,7 +367,7 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 				return reconcile.Result{}, true
 			}
 		}
-		p.endStep(step, ss, v1alpha1.StepFailed, fmt.Sprintf("timed out after %s (%d attempts); last: %s", step.Spec.Timeout.Duration, ss.Attempts, ss.Message))
+		p.endStep(step, ss, v1alpha1.StepFailed, fmt.Sprintf("timed out after %s (%d attempts); last: %s", step.Spec.Timeout.Duration, roundAttempts(ss), ss.Message))
 		return reconcile.Result{}, true
 	}
 	if ss.RetryTime != nil {
@@ -361,8 +395,9 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 		p.watch = result.Watch
 		return reconcile.Result{RequeueAfter: after}, false
 	}
-	p.e.metrics.stepFailures.WithLabelValues(p.policyLabel(), name).Inc()
-	if result.Retryable && ss.Attempts <= retryLimit(step) {
+	policyLabel := p.policyLabel()
+	p.observe(func() { p.e.metrics.stepFailures.WithLabelValues(policyLabel, name).Inc() })
+	if result.Retryable && roundAttempts(ss) <= retryLimit(step) {
 		wait := result.RetryAfter
 		if wait <= 0 {
 			wait = backoff(step.Spec.Retry, ss.Attempts)
@@ -373,14 +408,14 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 		at := metav1.NewMicroTime(p.now.Add(wait))
 		next := metav1.NewTime(at.Time)
 		ss.RetryTime, ss.NextCheckTime = &at, &next
-		ss.Message = fmt.Sprintf("attempt %d failed: %s; retrying in %s", ss.Attempts, result.Message, wait.Round(time.Millisecond))
+		ss.Message = fmt.Sprintf("attempt %d failed: %s; retrying in %s", roundAttempts(ss), result.Message, wait.Round(time.Millisecond))
 		p.settled = append(p.settled, name)
 		p.stepNote(name, true, ReasonStepRetrying, "Step %s: %s", name, ss.Message)
 		return reconcile.Result{RequeueAfter: capAt(wait, p.now, ss.Deadline)}, false
 	}
 	msg := result.Message
-	if ss.Attempts > 1 {
-		msg = fmt.Sprintf("%s (after %d attempts)", msg, ss.Attempts)
+	if n := roundAttempts(ss); n > 1 {
+		msg = fmt.Sprintf("%s (after %d attempts)", msg, n)
 	}
 	p.endStep(step, ss, v1alpha1.StepFailed, msg)
 	return reconcile.Result{}, true
@@ -432,7 +467,10 @@ func (p *pass) endStep(step *policy.Step, ss *v1alpha1.StepStatus, phase v1alpha
 	if ss.StartTime != nil {
 		// Wall time, not the pass's clock: a step that starts and ends in one pass (an http
 		// request answered at once) still took the time of its request.
-		p.e.metrics.stepDuration.WithLabelValues(p.policyLabel(), name, string(phase)).Observe(time.Since(ss.StartTime.Time).Seconds())
+		start, policyLabel := ss.StartTime.Time, p.policyLabel()
+		p.observe(func() {
+			p.e.metrics.stepDuration.WithLabelValues(policyLabel, name, string(phase)).Observe(time.Since(start).Seconds())
+		})
 	}
 }
 
@@ -494,9 +532,21 @@ func (p *pass) skipRemaining(why string) {
 				p.settled = append(p.settled, ss.Name)
 			}
 			now := metav1.NewTime(p.now)
-			ss.Phase, ss.Message, ss.CompletionTime, ss.NextCheckTime, ss.RetryTime = v1alpha1.StepSkipped, "skipped: "+why, &now, nil, nil
+			ss.Phase, ss.Message, ss.CompletionTime, ss.NextCheckTime, ss.RetryTime = v1alpha1.StepSkipped, skippedPrefix+why, &now, nil, nil
 		}
 	}
+}
+
+// skippedPrefix starts the message of a step skipped because the pipeline ended before it (not
+// by its guard): a retry resumes there.
+const skippedPrefix = "skipped: "
+
+// observe queues a metric observation until the pass's status is written.
+func (p *pass) observe(f func()) { p.observations = append(p.observations, f) }
+
+// roundAttempts counts a step's attempts since it last started (a retried run starts it again).
+func roundAttempts(ss *v1alpha1.StepStatus) int32 {
+	return ss.Attempts - max(ss.FirstAttempt, 1) + 1
 }
 
 func (p *pass) stepsDone() bool {
@@ -527,11 +577,15 @@ func (p *pass) finish(phase v1alpha1.RunPhase, msg string) {
 		if release {
 			p.note(true, ReasonFailed, "Teardown failed (%s); failurePolicy Release: finalizer %s removed", msg, p.run.Spec.Finalizer)
 		} else {
-			p.note(true, ReasonFailed, "Teardown failed (%s); failurePolicy Retain keeps the object: fix the cause and set annotation %s to release it", msg, AnnotationAbandon)
+			p.note(true, ReasonFailed, "Teardown failed (%s); failurePolicy Retain keeps the object: fix the cause and annotate run %s with %s to resume at the failed step, or set annotation %s on the object to release it without the rest of the cleanup",
+				msg, p.run.Name, AnnotationRetry, AnnotationAbandon)
 		}
 	}
 	if st.StartTime != nil {
-		p.e.metrics.pipelineDuration.WithLabelValues(p.policyLabel(), string(phase)).Observe(time.Since(st.StartTime.Time).Seconds())
+		start, policyLabel := st.StartTime.Time, p.policyLabel()
+		p.observe(func() {
+			p.e.metrics.pipelineDuration.WithLabelValues(policyLabel, string(phase)).Observe(time.Since(start).Seconds())
+		})
 	}
 }
 
@@ -544,77 +598,10 @@ func (p *pass) afterFinish() {
 	}
 	if who := p.breakGlass(); who != "" {
 		st.AbandonedBy = who
-		p.finish(v1alpha1.RunAbandoned, "abandoned after failure by "+who)
+		// The Failed condition stays True and the message keeps the failure: the cleanup did
+		// not happen, and whoever looks later must see why.
+		p.finish(v1alpha1.RunAbandoned, fmt.Sprintf("abandoned after failure by %s; the run had failed: %s", who, st.Message))
 	}
-}
-
-// cleanUp lets go of a finished run: it removes the finalizer from the target (if the outcome
-// releases it), then its own finalizer, and deletes the run after the retention period. The run's
-// own finalizer marks a release still to do, so a crash anywhere here is completed next time.
-func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) (reconcile.Result, error) {
-	ownedErr := r.releaseOwned(ctx, run)
-	if !run.Status.Phase.Releases(run.Spec.Pipeline.FailurePolicy) {
-		if ownedErr != nil {
-			return reconcile.Result{RequeueAfter: ownedRetry}, nil
-		}
-		return reconcile.Result{}, nil
-	}
-	if slices.Contains(run.Finalizers, FinalizerRun) {
-		t := run.Spec.Target
-		gv, _ := schema.ParseGroupVersion(t.APIVersion)
-		if r.trusted(run) == nil {
-			if _, err := r.removeFinalizer(ctx, gv.WithKind(t.Kind), t.Namespace, t.Name, t.UID, run.Spec.Finalizer); err != nil && !meta.IsNoMatchError(err) {
-				return reconcile.Result{}, fmt.Errorf("releasing %s %s/%s: %w", t.Kind, t.Namespace, t.Name, err)
-			}
-		}
-		if ownedErr != nil {
-			// The target is released; the run keeps its own finalizer, the mark of work still to
-			// do, until what its steps made is let go.
-			return reconcile.Result{RequeueAfter: ownedRetry}, nil
-		}
-		m := &metav1.PartialObjectMetadata{ObjectMeta: run.ObjectMeta}
-		m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
-		rv, err := r.patchOutFinalizer(ctx, m.GroupVersionKind(), m, FinalizerRun)
-		if err != nil {
-			if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
-				return reconcile.Result{RequeueAfter: conflictRetry}, nil
-			}
-			return reconcile.Result{}, client.IgnoreNotFound(err)
-		}
-		if rv != "" {
-			r.written.set(client.ObjectKeyFromObject(run), rv)
-		}
-	}
-	if r.opts.RunRetention <= 0 || run.Status.CompletionTime == nil || run.DeletionTimestamp != nil {
-		return reconcile.Result{}, nil
-	}
-	if left := time.Until(run.Status.CompletionTime.Add(r.opts.RunRetention)); left > 0 {
-		return reconcile.Result{RequeueAfter: left}, nil
-	}
-	return reconcile.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, run))
-}
-
-// ownedRetry is how soon a finished run tries again to let go of what its steps made.
-const ownedRetry = 10 * time.Second
-
-// releaseOwned lets every kind that makes objects for runs let go of this finished run's.
-func (r *runReconciler) releaseOwned(ctx context.Context, run *v1alpha1.TeardownRun) error {
-	if r.trusted(run) != nil {
-		return nil
-	}
-	var errs []error
-	for _, k := range r.kinds {
-		if o, ok := k.(steps.Owner); ok {
-			if err := o.ReleaseRun(ctx, run); err != nil {
-				errs = append(errs, fmt.Errorf("%s steps: %w", k.Name(), err))
-			}
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "cannot yet let go of what the run's steps made; trying again", "retryIn", ownedRetry)
-		return err
-	}
-	return nil
 }
 
 // commit writes the run status if the pass changed it. The patch is locked to the version read,

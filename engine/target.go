@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -81,7 +80,6 @@ func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj
 		}
 		return reconcile.Result{}, fmt.Errorf("writing finalizers of %s: %w", key, err)
 	}
-	r.refreshPolicies(key, obj.Finalizers, next)
 	return reconcile.Result{}, nil
 }
 
@@ -92,7 +90,14 @@ func (r *targetReconciler) desiredFinalizers(ctx context.Context, key TargetKey,
 	want, managed = map[string]bool{}, map[string]bool{}
 	var nsLabels map[string]string
 	var full map[string]any
-	for _, p := range r.registry.ForGVK(key.GVK) {
+	policies := r.registry.ForGVK(key.GVK)
+	failed := make(map[policy.Key]error, len(policies))
+	defer func() {
+		if err == nil {
+			r.recordMatchErrors(ctx, key, obj, policies, failed)
+		}
+	}()
+	for _, p := range policies {
 		if !p.InScope(key.Namespace) {
 			continue
 		}
@@ -128,9 +133,9 @@ func (r *targetReconciler) desiredFinalizers(ctx context.Context, key TargetKey,
 					return map[string]bool{}, map[string]bool{}, nil // gone
 				}
 			}
-			ok, err := p.MatchObject(ctx, full)
-			if err != nil {
-				ctrl.LoggerFrom(ctx).Info("CEL match failed; leaving finalizer as it is", "policy", p.Key.String(), "error", err.Error())
+			ok, merr := p.MatchObject(ctx, full)
+			if merr != nil {
+				failed[p.Key] = merr
 				managed[p.Finalizer] = false
 				continue
 			}
@@ -141,6 +146,26 @@ func (r *targetReconciler) desiredFinalizers(ctx context.Context, key TargetKey,
 		want[p.Finalizer] = true
 	}
 	return want, managed, nil
+}
+
+// recordMatchErrors keeps the policies' match-error counts in line with this look at the object,
+// and tells on the object when its match starts failing: an object a policy should protect but
+// cannot evaluate must not go unnoticed.
+func (r *targetReconciler) recordMatchErrors(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, policies []*policy.Compiled, failed map[policy.Key]error) {
+	for _, p := range policies {
+		err := failed[p.Key]
+		if !r.matchErrs.set(p.Key, key, err != nil) {
+			continue
+		}
+		r.recountPolicy(p.Key)
+		if err == nil {
+			continue
+		}
+		ctrl.LoggerFrom(ctx).Info("match cannot be evaluated on the object; leaving its finalizers as they are",
+			"policy", p.Key.String(), "object", key.String(), "error", err.Error())
+		r.events.emit(ctx, targetRef(key, obj), nil, key.Namespace, eventf(true, ReasonMatchFailed,
+			"%s: spec.match cannot be evaluated on this object, so it is left as it is (a finalizer already on it stays, none is added): %v", p.Key, err))
+	}
 }
 
 // orphaned reports whether a teardown finalizer belongs to no existing policy. A policy that
@@ -339,34 +364,6 @@ func targetRef(key TargetKey, obj metav1.Object) runtime.Object {
 	m.SetUID(obj.GetUID())
 	m.SetResourceVersion(obj.GetResourceVersion())
 	return m
-}
-
-// refreshPolicies asks the policies whose finalizers changed on an object to recount, folded into
-// one status update per policy per second however many objects changed.
-func (r *targetReconciler) refreshPolicies(key TargetKey, before, after []string) {
-	for _, f := range symmetricDiff(before, after) {
-		if !naming.IsOurs(f) {
-			continue
-		}
-		if pkey, ok := r.registry.ForFinalizer(f, key.Namespace); ok {
-			r.policies[pkey.Kind].AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pkey.Namespace, Name: pkey.Name}}, time.Second)
-		}
-	}
-}
-
-func symmetricDiff(a, b []string) []string {
-	var out []string
-	for _, x := range a {
-		if !slices.Contains(b, x) {
-			out = append(out, x)
-		}
-	}
-	for _, x := range b {
-		if !slices.Contains(a, x) {
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 // earliest combines two results, keeping the sooner requeue.

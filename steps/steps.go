@@ -37,6 +37,31 @@ type CompileContext struct {
 	Namespaced bool
 	// Namespace is a TeardownPolicy's namespace.
 	Namespace string
+	// Target is the kind the policy protects, and TargetScope whether the cluster serves it as
+	// a namespaced or a cluster-scoped kind (ScopeUnknown when discovery cannot tell).
+	Target      schema.GroupVersionKind
+	TargetScope Scope
+	// KindScope tells whether the cluster serves a kind namespaced (true) or cluster-scoped; an
+	// error means discovery cannot tell (the kind is not served). Nil when compiling without a
+	// cluster.
+	KindScope func(gvk schema.GroupVersionKind) (namespaced bool, err error)
+}
+
+// Scope is whether a kind's objects live in namespaces.
+type Scope int
+
+const (
+	// ScopeUnknown: discovery could not tell (or was not asked).
+	ScopeUnknown Scope = iota
+	ScopeNamespaced
+	ScopeCluster
+)
+
+// OutputDeclarer is implemented by kinds whose steps have outputs, so that the expressions of
+// later steps are checked against the keys a step really has.
+type OutputDeclarer interface {
+	// Outputs returns the keys of the outputs step will have.
+	Outputs(step *v1alpha1.Step) []string
 }
 
 // Action is a compiled step, ready to execute.

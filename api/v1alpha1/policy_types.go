@@ -154,8 +154,10 @@ type Step struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Name string `json:"name"`
 
-	// when is a CEL guard over `object`, `steps` and `run`; when false the step is Skipped.
-	// Example: "object.metadata.labels['tier'] == 'prod'".
+	// when is a CEL guard over `object`, `steps` (earlier steps only) and `run`; when false the
+	// step is Skipped. An evaluation error (a missing field, say) fails the step, so write it to
+	// hold on every object: "object.metadata.?labels[?'tier'].orValue('') == 'prod'" or
+	// "has(object.spec.snapshot) && object.spec.snapshot". See docs/expressions.md.
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	When string `json:"when,omitempty"`
@@ -229,7 +231,9 @@ type TeardownPolicySpec struct {
 	Selector *metav1.LabelSelector `json:"selector,omitempty"`
 
 	// match is a CEL condition over `object` (the full target) that a target must also meet.
-	// Example: "object.spec.engine == 'postgres'".
+	// Example: "object.?spec.?engine.orValue('') == 'postgres'". An object on which match fails
+	// to evaluate (a missing field, say) is left as it is, with a Warning event MatchFailed and a
+	// count in status.matchErrors: write it to hold on every object (has(), ?. and orValue).
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	Match string `json:"match,omitempty"`
@@ -276,6 +280,17 @@ type TeardownPolicyStatus struct {
 	// activeRuns is how many of this policy's runs are in progress.
 	// +optional
 	ActiveRuns int32 `json:"activeRuns"`
+
+	// stuckRuns is how many of this policy's runs have been in progress, or failed and kept
+	// their object, for longer than the operator's --stuck-after.
+	// +optional
+	StuckRuns int32 `json:"stuckRuns"`
+
+	// matchErrors is how many objects the selector picks whose `match` fails to evaluate (a
+	// missing field, say). Such an object is left as it is: a finalizer already on it stays and
+	// none is added. Each gets a Warning event, reason MatchFailed.
+	// +optional
+	MatchErrors int32 `json:"matchErrors"`
 }
 
 // TeardownPolicy runs a pipeline of steps before an object in its own namespace is deleted.
@@ -286,8 +301,10 @@ type TeardownPolicyStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Protected",type=integer,JSONPath=`.status.protected`
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.activeRuns`
-// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Stuck",type=integer,JSONPath=`.status.stuckRuns`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 type TeardownPolicy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -315,8 +332,10 @@ type TeardownPolicyList struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Protected",type=integer,JSONPath=`.status.protected`
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.activeRuns`
-// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Stuck",type=integer,JSONPath=`.status.stuckRuns`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 type ClusterTeardownPolicy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

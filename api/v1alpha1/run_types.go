@@ -94,9 +94,14 @@ type TeardownRunSpec struct {
 type StepStatus struct {
 	Name  string    `json:"name"`
 	Phase StepPhase `json:"phase"`
-	// attempts made so far, the current one included.
+	// attempts made so far, the current one included. A retry of the run goes on counting, so
+	// that every attempt has a number (and a Job name) of its own.
 	// +optional
 	Attempts int32 `json:"attempts,omitempty"`
+	// firstAttempt is the number of the step's first attempt since it last started, when the
+	// run was retried; retry.limit counts the attempts from it.
+	// +optional
+	FirstAttempt int32 `json:"firstAttempt,omitempty"`
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
 	// +optional
@@ -123,6 +128,19 @@ type StepStatus struct {
 	State map[string]string `json:"state,omitempty"`
 }
 
+// RunRetry records one retry of a failed run.
+type RunRetry struct {
+	// time the retry started.
+	Time metav1.Time `json:"time"`
+	// requestedBy is the teardown.dev/retry annotation's value and the field manager that set it.
+	RequestedBy string `json:"requestedBy"`
+	// fromStep is the step the pipeline resumed at.
+	FromStep string `json:"fromStep"`
+	// failure is what the run had failed with.
+	// +optional
+	Failure string `json:"failure,omitempty"`
+}
+
 // TeardownRunStatus is the progress of a run's pipeline.
 type TeardownRunStatus struct {
 	// +optional
@@ -144,6 +162,13 @@ type TeardownRunStatus struct {
 	// abandonedBy says who broke glass, and how.
 	// +optional
 	AbandonedBy string `json:"abandonedBy,omitempty"`
+	// retries is how many times the run was retried after it failed (annotation
+	// teardown.dev/retry on the run).
+	// +optional
+	Retries int32 `json:"retries,omitempty"`
+	// lastRetry records the latest retry.
+	// +optional
+	LastRetry *RunRetry `json:"lastRetry,omitempty"`
 	// message sums up the run's outcome.
 	// +optional
 	Message string `json:"message,omitempty"`
@@ -164,13 +189,17 @@ func (s *TeardownRunStatus) Step(name string) *StepStatus {
 }
 
 // TeardownRun records the teardown pipeline run for one deletion of one target by one policy.
+// A Failed run that keeps its object (failurePolicy Retain) resumes at the step that failed, with
+// fresh attempts, when annotated `teardown.dev/retry=<who and why>`; the operator records the
+// retry in status.lastRetry and removes the annotation. Annotate the object
+// `teardown.dev/abandon=<who and why>` instead to release it without the rest of the cleanup.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=tdr,categories=teardown
 // +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.spec.policyRef.name`
 // +kubebuilder:printcolumn:name="Kind",type=string,JSONPath=`.spec.target.kind`
 // +kubebuilder:printcolumn:name="Target",type=string,JSONPath=`.spec.target.name`
-// +kubebuilder:printcolumn:name="Target-Namespace",type=string,JSONPath=`.spec.target.namespace`,priority=1
+// +kubebuilder:printcolumn:name="Target-Namespace",type=string,JSONPath=`.spec.target.namespace`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Step",type=string,JSONPath=`.status.currentStep`
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1

@@ -3,16 +3,21 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
-	"net/url"
+	"net"
 	"os"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -104,6 +109,9 @@ func run() error {
 		return err
 	}
 	ctx := ctrl.SetupSignalHandler()
+	if err := checkNamespace(ctx, cfg, scheme, runNS); err != nil {
+		return err
+	}
 	if _, err := engine.Setup(ctx, mgr, engine.Options{
 		RunNamespace:  runNS,
 		TargetWorkers: targetWorkers,
@@ -138,15 +146,34 @@ func httpOptions(allowed string, inFlight int, apiHost string) (httpstep.Options
 		}
 		opts.AllowedDestinations = append(opts.AllowedDestinations, d)
 	}
-	if u, err := url.Parse(apiHost); err == nil && u.Host != "" {
-		opts.APIServerHosts = append(opts.APIServerHosts, u.Host)
-	} else if apiHost != "" {
+	if apiHost != "" {
+		// Whole, scheme included: the guard takes the port from it (or the scheme's default).
 		opts.APIServerHosts = append(opts.APIServerHosts, apiHost)
 	}
 	if h := os.Getenv("KUBERNETES_SERVICE_HOST"); h != "" {
-		opts.APIServerHosts = append(opts.APIServerHosts, h)
+		opts.APIServerHosts = append(opts.APIServerHosts, net.JoinHostPort(h, envOr("KUBERNETES_SERVICE_PORT", "443")))
 	}
 	return opts, nil
+}
+
+// checkNamespace fails with what to do when the run namespace does not exist: the operator cannot
+// record runs of cluster-scoped objects (or hold its lease) without it, and would otherwise only
+// log the API server's refusals over and over.
+func checkNamespace(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, ns string) error {
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	err = c.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("namespace %q (--run-namespace) does not exist: create it (kubectl create namespace %s) or set --run-namespace to an existing namespace", ns, ns)
+	case apierrors.IsForbidden(err):
+		return nil // not allowed to read namespaces here: the first write will tell
+	case err != nil:
+		return fmt.Errorf("checking namespace %q (--run-namespace): %w", ns, err)
+	}
+	return nil
 }
 
 func envOr(name, def string) string {

@@ -14,6 +14,7 @@ import (
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/ext"
 	"google.golang.org/protobuf/types/known/structpb"
+	apiservercel "k8s.io/apiserver/pkg/cel"
 )
 
 // Names of the variables every expression may read.
@@ -53,14 +54,29 @@ func (v Vars) With(name string, value any) Vars {
 // Env is a CEL environment. It is safe for concurrent use.
 type Env struct {
 	cel *cel.Env
+	// objects are the declared types the environment knows, and base the type provider of the
+	// environment before any was declared: each Declare builds one provider of all the types
+	// over base (declared-type providers do not stack).
+	objects []*apiservercel.DeclType
+	base    types.Provider
+	// scope, when set, limits the steps expressions may read (see WithSteps).
+	scope *StepScope
 }
 
-// NewEnv builds the base environment with object, steps and run bound.
+// RunType is the type of `run`.
+var RunType = ObjectType("teardown.Run", map[string]Type{
+	"name": String, "namespace": String, "uid": String, "attempt": Int, "step": String,
+})
+
+// StepType is the type of one entry of `steps`.
+var StepType = ObjectType("teardown.Step", map[string]Type{
+	"phase": String, "message": String, "outputs": MapOf(Dyn),
+})
+
+// NewEnv builds the base environment: `object` (dynamic: any kind of object), `run` and `steps`.
 func NewEnv() (*Env, error) {
 	env, err := cel.NewEnv(
 		cel.Variable(VarObject, cel.DynType),
-		cel.Variable(VarSteps, cel.MapType(cel.StringType, cel.DynType)),
-		cel.Variable(VarRun, cel.MapType(cel.StringType, cel.DynType)),
 		ext.Strings(), ext.Encoders(), ext.Lists(), ext.Sets(), ext.Math(),
 		cel.OptionalTypes(),
 		cel.CrossTypeNumericComparisons(true),
@@ -68,27 +84,23 @@ func NewEnv() (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building CEL environment: %w", err)
 	}
-	return &Env{cel: env}, nil
+	return (&Env{cel: env, base: env.CELTypeProvider()}).Declare(Var{VarRun, RunType}, Var{VarSteps, MapOf(StepType)})
 }
 
 // Extend returns an environment that also binds the named variables: lists (for lookups) or
 // dynamic values. Names must not be reserved.
 func (e *Env) Extend(lists []string, dyns []string) (*Env, error) {
-	var opts []cel.EnvOption
+	var vars []Var
 	for _, n := range lists {
 		if Reserved(n) {
 			return nil, fmt.Errorf("variable name %q is reserved", n)
 		}
-		opts = append(opts, cel.Variable(n, cel.ListType(cel.DynType)))
+		vars = append(vars, Var{n, ListOf(Dyn)})
 	}
 	for _, n := range dyns {
-		opts = append(opts, cel.Variable(n, cel.DynType))
+		vars = append(vars, Var{n, Dyn})
 	}
-	env, err := e.cel.Extend(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("extending CEL environment: %w", err)
-	}
-	return &Env{cel: env}, nil
+	return e.Declare(vars...)
 }
 
 // Program is one compiled expression.
@@ -118,6 +130,9 @@ func (e *Env) compile(src string, wantBool bool) (*Program, error) {
 	ast, iss := e.cel.Compile(src)
 	if iss.Err() != nil {
 		return nil, errors.New(strings.TrimSpace(iss.Err().Error()))
+	}
+	if err := e.checkSteps(ast); err != nil {
+		return nil, err
 	}
 	if wantBool {
 		if t := ast.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {

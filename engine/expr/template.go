@@ -133,3 +133,12 @@ func (t *Template) Render(ctx context.Context, vars Vars) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// LiteralPrefix returns the text before the first interpolation, with "$${" already read as
+// "${": the part of every rendering known at compile time (all of it for a Literal template).
+func (t *Template) LiteralPrefix() string {
+	if len(t.parts) == 0 || t.parts[0].prog != nil {
+		return ""
+	}
+	return t.parts[0].text
+}

@@ -132,6 +132,8 @@ func (c *Compiled) Selects(objLabels, nsLabels map[string]string, namespaced boo
 type Compiler struct {
 	env   *expr.Env
 	kinds steps.Registry
+	// scope tells a kind's scope from the cluster's discovery; nil compiles without a cluster.
+	scope func(schema.GroupVersionKind) (bool, error)
 
 	mu    sync.Mutex
 	cache map[pipelineKey]*Pipeline
@@ -145,9 +147,11 @@ type pipelineKey struct {
 // maxCached bounds the pipeline cache; past it the cache starts over (entries are cheap to rebuild).
 const maxCached = 4096
 
-// NewCompiler returns a compiler for the given step kinds.
-func NewCompiler(env *expr.Env, kinds steps.Registry) *Compiler {
-	return &Compiler{env: env, kinds: kinds, cache: map[pipelineKey]*Pipeline{}}
+// NewCompiler returns a compiler for the given step kinds. scope tells whether the cluster serves
+// a kind namespaced (an error: it cannot tell); nil compiles without a cluster, leaving to run
+// time what only discovery knows.
+func NewCompiler(env *expr.Env, kinds steps.Registry, scope func(schema.GroupVersionKind) (bool, error)) *Compiler {
+	return &Compiler{env: env, kinds: kinds, scope: scope, cache: map[pipelineKey]*Pipeline{}}
 }
 
 // Env returns the shared CEL environment.
@@ -190,12 +194,12 @@ func (c *Compiler) Compile(v View) (*Compiled, field.ErrorList) {
 		}
 	}
 	if spec.Match != "" {
-		out.Match, err = c.env.CompileCondition(spec.Match)
+		out.Match, err = c.env.WithSteps(expr.StepScope{Match: true}).CompileCondition(spec.Match)
 		if err != nil {
 			errs = append(errs, field.Invalid(specPath.Child("match"), spec.Match, err.Error()))
 		}
 	}
-	pipe, perrs := c.compilePipeline(&spec.Pipeline, v.Key.Namespace, specPath)
+	pipe, perrs := c.compilePipeline(&spec.Pipeline, v.Key.Namespace, out.GVK, specPath)
 	errs = append(errs, perrs...)
 	if len(errs) > 0 {
 		return nil, errs
@@ -218,7 +222,8 @@ func (c *Compiler) PipelineForRun(run *v1alpha1.TeardownRun) (*Pipeline, error) 
 	if run.Spec.PolicyRef.Kind == KindNamespaced {
 		ns = run.Spec.PolicyRef.Namespace
 	}
-	p, errs := c.compilePipeline(&run.Spec.Pipeline, ns, field.NewPath("spec", "pipeline"))
+	gv, _ := schema.ParseGroupVersion(run.Spec.Target.APIVersion)
+	p, errs := c.compilePipeline(&run.Spec.Pipeline, ns, gv.WithKind(run.Spec.Target.Kind), field.NewPath("spec", "pipeline"))
 	if len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
@@ -236,9 +241,10 @@ func (c *Compiler) store(key pipelineKey, p *Pipeline) {
 }
 
 // compilePipeline compiles a pipeline; namespace is a TeardownPolicy's, empty for a cluster policy.
-func (c *Compiler) compilePipeline(spec *v1alpha1.Pipeline, namespace string, path *field.Path) (*Pipeline, field.ErrorList) {
+func (c *Compiler) compilePipeline(spec *v1alpha1.Pipeline, namespace string, target schema.GroupVersionKind, path *field.Path) (*Pipeline, field.ErrorList) {
 	var errs field.ErrorList
-	cc := steps.CompileContext{Env: c.env, Namespaced: namespace != "", Namespace: namespace}
+	cc := steps.CompileContext{Namespaced: namespace != "", Namespace: namespace, Target: target, KindScope: c.scope}
+	cc.TargetScope = c.scopeOf(target)
 	out := &Pipeline{FailurePolicy: spec.FailurePolicy, Spec: spec}
 	if out.FailurePolicy == "" {
 		out.FailurePolicy = v1alpha1.FailurePolicyRetain
@@ -246,6 +252,7 @@ func (c *Compiler) compilePipeline(spec *v1alpha1.Pipeline, namespace string, pa
 	if len(spec.Steps) == 0 {
 		errs = append(errs, field.Required(path.Child("steps"), "at least one step"))
 	}
+	infos := c.stepInfos(spec.Steps)
 	seen := map[string]bool{}
 	for i := range spec.Steps {
 		s := &spec.Steps[i]
@@ -254,9 +261,11 @@ func (c *Compiler) compilePipeline(spec *v1alpha1.Pipeline, namespace string, pa
 			errs = append(errs, field.Duplicate(sp.Child("name"), s.Name))
 		}
 		seen[s.Name] = true
+		// A step's expressions read only the steps before it: a later step has no result yet.
+		cc.Env = c.env.WithSteps(stepScope(infos, i))
 		step := &Step{Spec: *s.DeepCopy()}
 		if s.When != "" {
-			prog, err := c.env.CompileCondition(s.When)
+			prog, err := cc.Env.CompileCondition(s.When)
 			if err != nil {
 				errs = append(errs, field.Invalid(sp.Child("when"), s.When, err.Error()))
 			}
@@ -274,6 +283,47 @@ func (c *Compiler) compilePipeline(spec *v1alpha1.Pipeline, namespace string, pa
 		out.Steps = append(out.Steps, step)
 	}
 	return out, errs
+}
+
+// scopeOf asks discovery whether gvk is namespaced.
+func (c *Compiler) scopeOf(gvk schema.GroupVersionKind) steps.Scope {
+	if c.scope == nil || gvk.Kind == "" {
+		return steps.ScopeUnknown
+	}
+	namespaced, err := c.scope(gvk)
+	switch {
+	case err != nil:
+		return steps.ScopeUnknown
+	case namespaced:
+		return steps.ScopeNamespaced
+	}
+	return steps.ScopeCluster
+}
+
+// stepInfos describes each step for the expressions of the steps after it.
+func (c *Compiler) stepInfos(specs []v1alpha1.Step) []expr.StepInfo {
+	infos := make([]expr.StepInfo, len(specs))
+	for i := range specs {
+		infos[i].Name = specs[i].Name
+		kind, err := c.kinds.Find(&specs[i])
+		if err != nil {
+			continue
+		}
+		infos[i].Kind = kind.Name()
+		if d, ok := kind.(steps.OutputDeclarer); ok {
+			infos[i].Outputs = d.Outputs(&specs[i])
+		}
+	}
+	return infos
+}
+
+// stepScope is what the expressions of step i may read of the other steps.
+func stepScope(infos []expr.StepInfo, i int) expr.StepScope {
+	after := make([]string, 0, len(infos)-i)
+	for _, info := range infos[i:] {
+		after = append(after, info.Name)
+	}
+	return expr.StepScope{Before: infos[:i], After: after}
 }
 
 func selector(ls *metav1.LabelSelector) (labels.Selector, error) {

@@ -24,7 +24,7 @@ func compiler(t *testing.T) *Compiler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewCompiler(env, steps.Registry{wait.New(noLister{})})
+	return NewCompiler(env, steps.Registry{wait.New(noLister{})}, nil)
 }
 
 func zero() *metav1.Duration { return &metav1.Duration{} }

@@ -1,14 +1,10 @@
 package httpstep
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // Destination is an address range a TeardownPolicy may reach although it is refused by default.
@@ -87,20 +83,30 @@ func ParseDestination(s string) (Destination, error) {
 
 // RefusedError is returned for a destination a TeardownPolicy may not reach.
 type RefusedError struct {
-	// Host is the host name or address the step named.
+	// Host is the host name or address the step named, as written.
 	Host string
 	// Addr is the refused address, when the refusal is of an address rather than a name.
 	Addr netip.Addr
 	// Reason says what the destination is.
 	Reason string
+	// Port is the refused port, when known (0 when not): the message suggests allowing the
+	// address at that port only.
+	Port uint16
 }
 
+// Error says what to do, which differs: an address can be allow-listed, a host name cannot
+// (ParseDestination refuses names, as they can resolve anywhere).
 func (e *RefusedError) Error() string {
+	if !e.Addr.IsValid() {
+		return fmt.Sprintf("destination %s refused for a TeardownPolicy: %s; host names cannot be allowed, so this one is always refused; "+
+			"the step may call an address a cluster admin allows with --http-allowed-destinations instead", e.Host, e.Reason)
+	}
 	what := e.Host
-	if e.Addr.IsValid() && e.Addr.String() != e.Host {
+	if e.Addr.String() != e.Host {
 		what = fmt.Sprintf("%s (%s)", e.Host, e.Addr)
 	}
-	return fmt.Sprintf("destination %s refused for a TeardownPolicy: %s; a cluster admin may allow it with the operator flag --http-allowed-destinations", what, e.Reason)
+	entry := Destination{Prefix: netip.PrefixFrom(e.Addr, e.Addr.BitLen()), Port: e.Port}
+	return fmt.Sprintf("destination %s refused for a TeardownPolicy: %s; a cluster admin may allow the address by adding %s to the operator flag --http-allowed-destinations", what, e.Reason, entry)
 }
 
 type refusedRange struct {
@@ -156,97 +162,6 @@ var refusedNames = map[string]string{
 	"kubernetes.default.svc":     "the cluster's API server",
 }
 
-// Resolver looks up host names; *net.Resolver is one.
-type Resolver interface {
-	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
-}
-
-// guard decides which destinations a TeardownPolicy's requests may reach, and dials only
-// addresses it has checked.
-type guard struct {
-	allowed  []Destination
-	apiNames map[string]bool
-	apiAddrs map[netip.Addr]bool
-	resolver Resolver
-	dialer   *net.Dialer
-}
-
-func newGuard(opts Options) *guard {
-	g := &guard{
-		allowed:  opts.AllowedDestinations,
-		apiNames: map[string]bool{},
-		apiAddrs: map[netip.Addr]bool{},
-		resolver: opts.Resolver,
-		dialer:   &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second},
-	}
-	if g.resolver == nil {
-		g.resolver = net.DefaultResolver
-	}
-	for _, h := range opts.APIServerHosts {
-		h = normalHost(h)
-		if h == "" {
-			continue
-		}
-		if a, err := netip.ParseAddr(h); err == nil {
-			g.apiAddrs[a.Unmap()] = true
-			continue
-		}
-		g.apiNames[h] = true
-		// The API server's addresses are learnt once; the name itself stays refused.
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		addrs, _ := g.resolver.LookupNetIP(ctx, "ip", h)
-		cancel()
-		for _, a := range addrs {
-			g.apiAddrs[a.Unmap()] = true
-		}
-	}
-	return g
-}
-
-func normalHost(h string) string {
-	if host, _, err := net.SplitHostPort(h); err == nil {
-		h = host
-	}
-	return strings.TrimSuffix(strings.ToLower(strings.Trim(h, "[]")), ".")
-}
-
-// checkName refuses host names known to be bad without a lookup: cloud metadata services and the
-// API server. Only addresses can be allowed, so these names are refused even when their address
-// is allowed (use the address). An IP literal is checked as an address; other names are checked
-// by the addresses they resolve to.
-func (g *guard) checkName(host string, port uint16) error {
-	h := normalHost(host)
-	if a, err := netip.ParseAddr(h); err == nil {
-		return g.checkAddr(host, a, port)
-	}
-	reason, bad := refusedNames[h]
-	switch {
-	case bad:
-	case strings.HasPrefix(h, "kubernetes.default.svc."), g.apiNames[h]:
-		reason = "the cluster's API server"
-	default:
-		return nil
-	}
-	return &RefusedError{Host: host, Reason: reason}
-}
-
-// checkAddr refuses an address in a refused range unless it is allowed.
-func (g *guard) checkAddr(host string, a netip.Addr, port uint16) error {
-	a = a.Unmap().WithZone("")
-	for _, d := range g.allowed {
-		if d.admits(a, port) {
-			return nil
-		}
-	}
-	if g.apiAddrs[a] {
-		return &RefusedError{Host: host, Addr: a, Reason: "the cluster's API server"}
-	}
-	if reason := refusedReason(a); reason != "" {
-		return &RefusedError{Host: host, Addr: a, Reason: reason}
-	}
-	return nil
-}
-
 func refusedReason(a netip.Addr) string {
 	if a.Is6() && (nat64.Contains(a) || sixToFour.Contains(a)) {
 		b := a.As16()
@@ -267,58 +182,4 @@ func refusedReason(a netip.Addr) string {
 		}
 	}
 	return ""
-}
-
-// dial resolves addr's host once, refuses the call unless some address passes the checks, and
-// dials only addresses that passed: a second lookup (DNS rebinding) is never made.
-func (g *guard) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, portText, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	port64, err := strconv.ParseUint(portText, 10, 16)
-	if err != nil {
-		return nil, fmt.Errorf("port %q: %w", portText, err)
-	}
-	port := uint16(port64)
-	if err := g.checkName(host, port); err != nil {
-		return nil, err
-	}
-	var addrs []netip.Addr
-	if a, err := netip.ParseAddr(host); err == nil {
-		addrs = []netip.Addr{a}
-	} else {
-		family := "ip"
-		switch network {
-		case "tcp4":
-			family = "ip4"
-		case "tcp6":
-			family = "ip6"
-		}
-		if addrs, err = g.resolver.LookupNetIP(ctx, family, host); err != nil {
-			return nil, err
-		}
-	}
-	var refused error
-	var dialErrs []error
-	for _, a := range addrs {
-		if err := g.checkAddr(host, a, port); err != nil {
-			if refused == nil {
-				refused = err
-			}
-			continue
-		}
-		conn, err := g.dialer.DialContext(ctx, network, netip.AddrPortFrom(a.Unmap(), port).String())
-		if err == nil {
-			return conn, nil
-		}
-		dialErrs = append(dialErrs, err)
-	}
-	if len(dialErrs) > 0 {
-		return nil, errors.Join(dialErrs...)
-	}
-	if refused != nil {
-		return nil, refused
-	}
-	return nil, fmt.Errorf("lookup %s: no addresses", host)
 }

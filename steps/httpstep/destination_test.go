@@ -256,7 +256,8 @@ func TestGuardChecks(t *testing.T) {
 		{"kubernetes.default.svc.cluster.local", 443, "the cluster's API server"},
 		{"kubernetes.default.svc.cluster.local.", 443, "the cluster's API server"},
 		{"198.51.100.7", 6443, "the cluster's API server"},
-		{"198.51.100.7", 443, "the cluster's API server"}, // any port of the API server
+		{"198.51.100.7", 443, ""}, // the API server's address, another port: a public address
+		{"2001:db8::7", 6443, ""},
 		{"198.51.100.8", 443, ""},
 		{"2001:db8::7", 443, "the cluster's API server"},
 		{"api.cluster.example", 443, "the cluster's API server"},

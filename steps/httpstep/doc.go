@@ -13,8 +13,10 @@
 // fail at once.
 //
 // For a TeardownPolicy, destinations in loopback, link-local, private and other special ranges
-// and the cluster's API server are refused unless allowed (Options.AllowedDestinations). Host
-// names are resolved once per connection and only checked addresses are dialled, and redirects
+// and the cluster's API server (its address and port) are refused unless allowed
+// (Options.AllowedDestinations). Hosts written as numbers ("2130706433", "127.1", "0x7f.1") are
+// read as the IPv4 addresses they spell, never looked up. Host names are resolved once per
+// connection and only checked addresses are dialled, and redirects
 // go only where the check allows and only to the same scheme, host and port. Requests carry
 // only the credentials the policy names: no proxy from the environment, no cookies, and never
 // the operator's own token. Values read from Secrets and credential headers are removed from

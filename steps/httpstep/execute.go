@@ -203,11 +203,14 @@ func (a *action) evaluate(ctx context.Context, in *steps.Input, x *exchange, st 
 func (a *action) failedRequest(x *exchange) steps.Result {
 	r := x.req.redact
 	var refused *RefusedError
+	var invalid *invalidAddrError
 	var redirect *redirectError
 	var ne net.Error
 	switch {
 	case errors.As(x.err, &refused):
 		return steps.Fail(false, "%s: %v", x.req, refused)
+	case errors.As(x.err, &invalid):
+		return steps.Fail(false, "%s: %v", x.req, invalid)
 	case errors.As(x.err, &redirect):
 		return steps.Fail(false, "%s: %s", x.req, r.text(redirect.Error()))
 	case errors.Is(x.err, context.DeadlineExceeded) || errors.As(x.err, &ne) && ne.Timeout():

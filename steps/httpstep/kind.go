@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"net/url"
 	"regexp"
 	"slices"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -42,13 +40,27 @@ const (
 // VarResponse is the CEL variable successCondition and outputs read the response from.
 const VarResponse = "response"
 
+// ResponseType is the type of response: the checker refuses `response.status == 'ok'` (an int
+// compared with a string) when the policy is compiled. Header names are lower-case, values of a
+// repeated header joined with ", "; the body is parsed JSON when the response is JSON, else text.
+var ResponseType = expr.ObjectType("teardown.HTTPResponse", map[string]expr.Type{
+	"status": expr.Int, "headers": expr.MapOf(expr.String), "body": expr.Dyn,
+})
+
+// Outputs implements steps.OutputDeclarer.
+func (*Kind) Outputs(s *v1alpha1.Step) []string {
+	return slices.Sorted(maps.Keys(s.HTTP.Outputs))
+}
+
 // Options configure the http step kind.
 type Options struct {
 	// AllowedDestinations are addresses a TeardownPolicy may reach although they are refused by
 	// default (loopback, link-local, private ranges, the API server).
 	AllowedDestinations []Destination
-	// APIServerHosts are the API server's host names or addresses (with or without a port),
-	// refused for TeardownPolicies.
+	// APIServerHosts are the API server's endpoints, refused for TeardownPolicies: URLs
+	// ("https://10.0.0.1:6443"), host:port, or hosts alone (then port 443, or 80 for an http URL).
+	// An address is refused at its port only; a host name is refused at every port, and its
+	// addresses at its port.
 	APIServerHosts []string
 	// MaxInFlight bounds the requests running at once; more wait for a free slot.
 	MaxInFlight int
@@ -170,13 +182,7 @@ func (k *Kind) Compile(cc steps.CompileContext, s *v1alpha1.Step, path *field.Pa
 		a.method = http.MethodGet
 	}
 	var err error
-	if a.url, err = cc.Env.CompileTemplate(h.URL); err != nil {
-		errs = append(errs, field.Invalid(p.Child("url"), h.URL, err.Error()))
-	} else if a.url.Literal() {
-		if _, err := k.checkURL(h.URL, cc.Namespaced); err != nil {
-			errs = append(errs, field.Invalid(p.Child("url"), h.URL, err.Error()))
-		}
-	}
+	errs = append(errs, a.compileURL(cc, h.URL, p.Child("url"))...)
 	errs = append(errs, a.compileHeaders(cc, h.Headers, p.Child("headers"))...)
 	if h.Body != "" && h.JSONBody != "" {
 		errs = append(errs, field.Invalid(p.Child("jsonBody"), h.JSONBody, "set at most one of body or jsonBody"))
@@ -201,7 +207,7 @@ func (k *Kind) Compile(cc steps.CompileContext, s *v1alpha1.Step, path *field.Pa
 	if h.TLS != nil {
 		errs = append(errs, a.compileTLS(cc, h.TLS, p.Child("tls"))...)
 	}
-	respEnv, err := cc.Env.Extend(nil, []string{VarResponse})
+	respEnv, err := cc.Env.Declare(expr.Var{Name: VarResponse, Type: ResponseType})
 	if err != nil {
 		return nil, append(errs, field.InternalError(p, err))
 	}
@@ -234,61 +240,6 @@ func (k *Kind) Compile(cc steps.CompileContext, s *v1alpha1.Step, path *field.Pa
 		}
 	}
 	return a, errs
-}
-
-func (a *action) compileHeaders(cc steps.CompileContext, hs []v1alpha1.HTTPHeader, path *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	seen := map[string]bool{}
-	for i, h := range hs {
-		hp := path.Index(i)
-		name := http.CanonicalHeaderKey(h.Name)
-		switch {
-		case forbiddenHeaders[name]:
-			errs = append(errs, field.Forbidden(hp.Child("name"), fmt.Sprintf("%s is set by the HTTP client", name)))
-			continue
-		case seen[name]:
-			errs = append(errs, field.Duplicate(hp.Child("name"), h.Name))
-			continue
-		}
-		seen[name] = true
-		out := header{name: name, sensitive: sensitiveHeaders[name]}
-		switch {
-		case h.ValueFrom != nil && h.Value != "":
-			errs = append(errs, field.Invalid(hp, h.Name, "set exactly one of value or valueFrom"))
-		case h.ValueFrom != nil:
-			if h.ValueFrom.SecretKeyRef == nil {
-				errs = append(errs, field.Required(hp.Child("valueFrom", "secretKeyRef"), "name the Secret key"))
-				continue
-			}
-			ref, err := compileRef(cc, hp.Child("valueFrom", "secretKeyRef"), h.ValueFrom.SecretKeyRef.Namespace, h.ValueFrom.SecretKeyRef.Name, h.ValueFrom.SecretKeyRef.Key)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			out.secret = ref
-		default:
-			t, err := cc.Env.CompileTemplate(h.Value)
-			if err != nil {
-				detail := err.Error()
-				if out.sensitive {
-					// The template error quotes the value: say less rather than show a credential.
-					detail = "invalid ${...} interpolation (details not shown: the value is a credential)"
-				}
-				errs = append(errs, field.Invalid(hp.Child("value"), redactedIf(out.sensitive, h.Value), detail))
-				continue
-			}
-			out.value = t
-		}
-		a.headers = append(a.headers, out)
-	}
-	return errs
-}
-
-func redactedIf(sensitive bool, v string) string {
-	if sensitive {
-		return redacted
-	}
-	return v
 }
 
 func (a *action) compileTLS(cc steps.CompileContext, t *v1alpha1.HTTPTLS, path *field.Path) field.ErrorList {
@@ -342,37 +293,4 @@ func compileRef(cc steps.CompileContext, path *field.Path, namespace, name, key 
 	}
 	ref.namespace = t
 	return ref, nil
-}
-
-// checkURL parses a rendered URL and, for a TeardownPolicy, refuses a destination known bad
-// without a lookup (the dialer checks the resolved addresses).
-func (k *Kind) checkURL(raw string, namespaced bool) (*url.URL, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("not a URL: %w", err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("scheme must be http or https, not %q", u.Scheme)
-	}
-	if u.Hostname() == "" {
-		return nil, fmt.Errorf("no host")
-	}
-	if namespaced {
-		if err := k.guard.checkName(u.Hostname(), portOf(u)); err != nil {
-			return nil, err
-		}
-	}
-	return u, nil
-}
-
-func portOf(u *url.URL) uint16 {
-	if p := u.Port(); p != "" {
-		var n uint16
-		_, _ = fmt.Sscan(p, &n)
-		return n
-	}
-	if strings.EqualFold(u.Scheme, "https") {
-		return 443
-	}
-	return 80
 }

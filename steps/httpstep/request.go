@@ -32,7 +32,8 @@ func (a *action) prepare(ctx context.Context, in *steps.Input) (*request, *steps
 	}
 	if req.u, err = a.kind.checkURL(raw, a.namespaced); err != nil {
 		var refused *RefusedError
-		if errors.As(err, &refused) {
+		var invalid *invalidAddrError
+		if errors.As(err, &refused) || errors.As(err, &invalid) {
 			return nil, failed(false, "%s %s: %v", a.method, withoutPassword(raw), err)
 		}
 		return nil, failed(false, "url %q: %v", withoutPassword(raw), err)
@@ -41,22 +42,9 @@ func (a *action) prepare(ctx context.Context, in *steps.Input) (*request, *steps
 		req.redact.add(pw)
 	}
 	for i, h := range a.headers {
-		var v string
-		if h.secret != nil {
-			data, fail := a.readKey(ctx, in, h.secret, true)
-			if fail != nil {
-				return nil, fail
-			}
-			// Files made into Secrets often end in a newline, which no header value may hold.
-			v = strings.TrimRight(string(data), "\r\n")
-			req.redact.add(v)
-		} else {
-			if v, err = h.value.Render(ctx, in.Vars); err != nil {
-				return nil, failed(false, "headers[%d] (%s): %v", i, h.name, err)
-			}
-			if h.sensitive {
-				req.redact.add(v)
-			}
+		v, fail := a.headerValue(ctx, in, i, h, req.redact)
+		if fail != nil {
+			return nil, fail
 		}
 		req.header.Set(h.name, v)
 	}

@@ -89,7 +89,7 @@ func (c *clientCache) newClient(restricted, follow bool, tlsConfig *tls.Config) 
 		// No proxy: a proxy would make the destination check meaningless, and environment
 		// settings of the operator are not the policy's to use.
 		Proxy:                  nil,
-		DialContext:            dialer.DialContext,
+		DialContext:            dialNumeric(dialer),
 		TLSClientConfig:        tlsConfig,
 		ForceAttemptHTTP2:      true,
 		MaxIdleConns:           256,

@@ -337,8 +337,8 @@ func summary(job *batchv1.Job) string {
 // outputs are the step's outputs: where its Job is, for later steps.
 func outputs(st state) map[string]apiextensionsv1.JSON {
 	return map[string]apiextensionsv1.JSON{
-		"jobName":      {Raw: jsonString(st.name)},
-		"jobNamespace": {Raw: jsonString(st.namespace)},
+		OutputJobName:      {Raw: jsonString(st.name)},
+		OutputJobNamespace: {Raw: jsonString(st.namespace)},
 	}
 }
 

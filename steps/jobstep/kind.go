@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -79,6 +80,21 @@ func New(c client.Client, reader client.Reader, logs LogReader, terminating func
 // Name implements steps.Kind.
 func (*Kind) Name() string { return "job" }
 
+// JobType is the type of job in successCondition: a batch/v1 Job, so that a misspelt field is
+// refused when the policy is compiled.
+var JobType = expr.TypeOf(reflect.TypeFor[batchv1.Job](), "batch.v1.Job")
+
+// Output keys of a job step.
+const (
+	OutputJobName      = "jobName"
+	OutputJobNamespace = "jobNamespace"
+)
+
+// Outputs implements steps.OutputDeclarer.
+func (*Kind) Outputs(*v1alpha1.Step) []string {
+	return []string{OutputJobName, OutputJobNamespace}
+}
+
 // Configured implements steps.Kind.
 func (*Kind) Configured(s *v1alpha1.Step) bool { return s.Job != nil }
 
@@ -111,6 +127,12 @@ func (k *Kind) Compile(cc steps.CompileContext, s *v1alpha1.Step, path *field.Pa
 	p := path.Child("job")
 	a := &action{kind: k, step: s.Name, namespaced: cc.Namespaced, ttl: int32(DefaultTTL / time.Second)}
 	var errs field.ErrorList
+	if j.Namespace == "" && !cc.Namespaced && cc.TargetScope == steps.ScopeCluster {
+		// The default is the target's namespace, and a cluster-scoped object has none: the
+		// run would fail at this step with the object held.
+		errs = append(errs, field.Required(p.Child("namespace"), fmt.Sprintf(
+			"%s is cluster-scoped, so there is no target namespace to run the Job in: name one (a ClusterTeardownPolicy may run Jobs in any namespace)", cc.Target.Kind)))
+	}
 	if j.Namespace != "" {
 		if cc.Namespaced && j.Namespace != cc.Namespace {
 			errs = append(errs, field.Forbidden(p.Child("namespace"), fmt.Sprintf("a TeardownPolicy runs Jobs only in its own namespace %q", cc.Namespace)))
@@ -128,7 +150,7 @@ func (k *Kind) Compile(cc steps.CompileContext, s *v1alpha1.Step, path *field.Pa
 	errs = append(errs, merrs...)
 	errs = append(errs, a.compileSpec(cc.Env, j.Template.Spec.Raw, p.Child("template", "spec"))...)
 	if j.SuccessCondition != "" {
-		env, err := cc.Env.Extend(nil, []string{VarJob})
+		env, err := cc.Env.Declare(expr.Var{Name: VarJob, Type: JobType})
 		if err != nil {
 			return nil, append(errs, field.InternalError(p, err))
 		}

@@ -137,6 +137,9 @@ func (k *Kind) compileLookups(cc steps.CompileContext, ls []v1alpha1.Lookup, p *
 			errs = append(errs, field.Invalid(lp.Child("apiVersion"), l.APIVersion, err.Error()))
 		}
 		lk := lookup{name: l.Name, gvk: gv.WithKind(l.Kind), matchLabels: map[string]*expr.Template{}}
+		if err := checkScope(cc, lk.gvk); err != nil {
+			errs = append(errs, field.Forbidden(lp.Child("kind"), err.Error()))
+		}
 		if lk.namespace, err = cc.Env.CompileTemplate(l.Namespace); err != nil {
 			errs = append(errs, field.Invalid(lp.Child("namespace"), l.Namespace, err.Error()))
 		} else if cc.Namespaced && lk.namespace.Literal() && l.Namespace != "" && l.Namespace != cc.Namespace {
@@ -173,6 +176,19 @@ func (k *Kind) compileLookups(cc steps.CompileContext, ls []v1alpha1.Lookup, p *
 		return nil, field.ErrorList{field.Invalid(p, names, err.Error())}
 	}
 	return env, nil
+}
+
+// checkScope refuses, when discovery can tell, a TeardownPolicy's lookup of a cluster-scoped kind:
+// a namespaced policy reads only its own namespace. A kind discovery does not know is left to
+// run time (its CRD may be installed later).
+func checkScope(cc steps.CompileContext, gvk schema.GroupVersionKind) error {
+	if !cc.Namespaced || cc.KindScope == nil || gvk.Kind == "" {
+		return nil
+	}
+	if namespaced, err := cc.KindScope(gvk); err == nil && !namespaced {
+		return fmt.Errorf("%s is cluster-scoped; a TeardownPolicy may look up only objects in its own namespace %q (use a ClusterTeardownPolicy)", gvk.Kind, cc.Namespace)
+	}
+	return nil
 }
 
 // stateStartedAt keeps the step's start to the nanosecond: the status's startTime is stored to

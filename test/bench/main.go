@@ -20,12 +20,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -173,6 +171,9 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	// Deferred after StopCluster, so run before it: the watch must end while the API server is
+	// still there, or it sees its connection closed and fails to resume ("connection refused").
+	defer gone.stop()
 	cpuBefore := op.cpu()
 	before, err := writeCounts(ctx, cs)
 	if err != nil {
@@ -190,6 +191,9 @@ func run(o options) error {
 	stopProgress := progress(o, gone, ep, start)
 	goneAt, err := gone.wait(ctx, o.n)
 	stopProgress()
+	if err == nil {
+		gone.stop() // every target is gone: nothing more to watch for
+	}
 	if err != nil {
 		snap := gone.snapshot()
 		diagnose(o, c, ns, snap, ep, metricsAddr)
@@ -256,73 +260,6 @@ func run(o options) error {
 }
 
 func name(i int) string { return fmt.Sprintf("target-%05d", i) }
-
-// operator is the operator process under test.
-type operator struct {
-	cmd *exec.Cmd
-	log *os.File
-}
-
-// startOperator starts the operator with the benchmark's base flags, then modeArgs, then the
-// user's -operator-args.
-func startOperator(o options, kubeconfig string, modeArgs ...string) (*operator, error) {
-	logPath := filepath.Join(o.root, "bin", "bench-operator.log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(o.operatorBin, "--kubeconfig", kubeconfig, "--run-namespace", "teardown-system",
-		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0")
-	cmd.Args = append(cmd.Args, modeArgs...)
-	cmd.Args = append(cmd.Args, strings.Fields(o.extraArgs)...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", o.operatorBin, err)
-	}
-	fmt.Printf("operator pid %d, log %s\n", cmd.Process.Pid, logPath)
-	return &operator{cmd: cmd, log: f}, nil
-}
-
-func (op *operator) stop() {
-	_ = op.cmd.Process.Signal(os.Interrupt)
-	_ = op.cmd.Wait()
-	_ = op.log.Close()
-}
-
-func (op *operator) rss() int64  { return procStatus(op.cmd.Process.Pid, "VmRSS") }
-func (op *operator) peak() int64 { return procStatus(op.cmd.Process.Pid, "VmHWM") }
-
-// cpu returns the operator's user and system CPU time so far, from /proc/<pid>/stat.
-func (op *operator) cpu() time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", op.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses and may hold spaces.
-	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
-	if len(fields) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	const clockTicks = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / clockTicks
-}
-
-// procStatus reads a memory figure (in bytes) from /proc/<pid>/status.
-func procStatus(pid int, field string) int64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb * 1024
-		}
-	}
-	return -1
-}
 
 // progress prints, to stderr every 30 s until stopped, how many targets are gone (and in http
 // mode how many requests came), so that a stall shows when it began.

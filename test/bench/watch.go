@@ -21,6 +21,7 @@ import (
 type deletions struct {
 	mu       sync.Mutex
 	goneAt   map[string]time.Time
+	cancel   context.CancelFunc
 	done     chan struct{}
 	restarts []restart
 	inferred int // deletions found by a re-list rather than seen on the watch
@@ -36,40 +37,35 @@ func configMapList() *metav1.PartialObjectMetadataList {
 	return &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMapList"}}
 }
 
-// watchDeletions starts watching the namespace; n is the number of targets, for re-lists.
+// watchDeletions starts watching the namespace; n is the number of targets, for re-lists. The
+// watch goes on, resumed whenever the API server closes it, until stop is called or ctx ends.
 func watchDeletions(ctx context.Context, c client.WithWatch, ns string, n int) (*deletions, error) {
+	ctx, cancel := context.WithCancel(ctx)
 	w, err := c.Watch(ctx, configMapList(), client.InNamespace(ns))
 	if err != nil {
+		cancel()
 		return nil, err
 	}
-	d := &deletions{goneAt: map[string]time.Time{}, done: make(chan struct{})}
+	d := &deletions{goneAt: map[string]time.Time{}, cancel: cancel, done: make(chan struct{})}
 	go d.follow(ctx, c, ns, n, w)
 	return d, nil
+}
+
+// stop ends the watch and returns once it has ended. It must be called before the API server
+// goes away: a watch that outlives it finds it closed, and fails to resume ("connection refused").
+// stop may be called more than once.
+func (d *deletions) stop() {
+	d.cancel()
+	<-d.done
 }
 
 func (d *deletions) follow(ctx context.Context, c client.WithWatch, ns string, n int, w watch.Interface) {
 	defer close(d.done)
 	rv := ""
 	for {
-		var lastErr error
-		for ev := range w.ResultChan() {
-			if ev.Type == watch.Error {
-				lastErr = apierrors.FromObject(ev.Object)
-				continue
-			}
-			m, ok := ev.Object.(*metav1.PartialObjectMetadata)
-			if !ok {
-				continue
-			}
-			if ev.Type == watch.Deleted {
-				d.mu.Lock()
-				d.goneAt[m.Name] = time.Now()
-				d.mu.Unlock()
-			}
-			rv = m.ResourceVersion
-		}
+		lastErr, ended := d.drain(ctx, w, &rv)
 		w.Stop()
-		if ctx.Err() != nil {
+		if ended || ctx.Err() != nil {
 			return
 		}
 		why := "closed by the API server"
@@ -94,6 +90,12 @@ func (d *deletions) follow(ctx context.Context, c client.WithWatch, ns string, n
 						&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
 				}
 			}
+			if ctx.Err() != nil {
+				if err == nil {
+					w.Stop()
+				}
+				return // stopped while resuming: not a failure
+			}
 			r := restart{at: time.Now(), text: fmt.Sprintf("deletion watch %s; %s", why, how)}
 			if err != nil {
 				r.text = fmt.Sprintf("deletion watch %s; restarting it failed: %v", why, err)
@@ -112,6 +114,37 @@ func (d *deletions) follow(ctx context.Context, c client.WithWatch, ns string, n
 			case <-time.After(500 * time.Millisecond):
 			}
 		}
+	}
+}
+
+// drain records the deletions a watch reports until the API server closes it, or ctx ends
+// (ended). It keeps in rv the last resourceVersion seen and returns the last error event.
+func (d *deletions) drain(ctx context.Context, w watch.Interface, rv *string) (lastErr error, ended bool) {
+	for {
+		var ev watch.Event
+		var open bool
+		select {
+		case <-ctx.Done():
+			return lastErr, true
+		case ev, open = <-w.ResultChan():
+		}
+		if !open {
+			return lastErr, false
+		}
+		if ev.Type == watch.Error {
+			lastErr = apierrors.FromObject(ev.Object)
+			continue
+		}
+		m, ok := ev.Object.(*metav1.PartialObjectMetadata)
+		if !ok {
+			continue
+		}
+		if ev.Type == watch.Deleted {
+			d.mu.Lock()
+			d.goneAt[m.Name] = time.Now()
+			d.mu.Unlock()
+		}
+		*rv = m.ResourceVersion
 	}
 }
 

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +38,10 @@ func (s *scriptedWatches) Watch(_ context.Context, _ client.ObjectList, opts ...
 		rv = lo.Raw.ResourceVersion
 	}
 	s.versions = append(s.versions, rv)
+	if len(s.watchers) == 0 {
+		// The API server is gone (as when the cluster is stopped).
+		return nil, errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+	}
 	w := s.watchers[0]
 	s.watchers = s.watchers[1:]
 	return w, nil
@@ -87,5 +93,70 @@ func TestDeletionsSurviveClosedWatches(t *testing.T) {
 	}
 	if v := c.calls(); len(v) != 3 || v[0] != "" || v[1] != "10" {
 		t.Errorf("watches started at resourceVersions %q, want \"\", \"10\", then the list's", v)
+	}
+}
+
+// A successful run stops the watch before it stops the cluster: the watch must then end at once
+// and quietly, not see its connection closed and try to resume it against an API server that is
+// gone ("restarting it failed: connection refused").
+func TestDeletionsStopBeforeTheAPIServerGoes(t *testing.T) {
+	w := watch.NewFake()
+	c := &scriptedWatches{watchers: []*watch.FakeWatcher{w}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := watchDeletions(ctx, c, "ns", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Delete(meta(name(0), "10"))
+	if _, err := d.wait(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	stopped := make(chan struct{})
+	go func() { d.stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stop did not return while the watch was open")
+	}
+	d.stop() // a second stop (deferred in run) is harmless
+
+	w.Stop() // the API server goes away, closing the watch
+	time.Sleep(100 * time.Millisecond)
+	if v := c.calls(); len(v) != 1 {
+		t.Errorf("watches started at resourceVersions %q: the stopped watch was resumed", v)
+	}
+	if restarts, _ := d.resumed(); len(restarts) != 0 {
+		t.Errorf("restarts after stop: %v", restarts)
+	}
+}
+
+// A watch the API server closes while it cannot be reached is retried until stopped, and stop
+// ends the retries without reporting the cancellation as a failure.
+func TestDeletionsStopWhileResuming(t *testing.T) {
+	w := watch.NewFake()
+	c := &scriptedWatches{watchers: []*watch.FakeWatcher{w}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := watchDeletions(ctx, c, "ns", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Delete(meta(name(0), "10"))
+	w.Stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(c.calls()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.stop()
+	restarts, _ := d.resumed()
+	if len(restarts) == 0 {
+		t.Fatal("the failed resume was not reported")
+	}
+	for _, r := range restarts {
+		if !strings.Contains(r.text, "connection refused") {
+			t.Errorf("restart %q: want only the connection failures, not the cancellation", r.text)
+		}
 	}
 }

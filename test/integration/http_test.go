@@ -120,7 +120,7 @@ func createSecret(ctx context.Context, ns, name string, data map[string]string) 
 
 // protectDatabase creates the database policy and a database it protects.
 func protectDatabase(ctx context.Context, ns string) *unstructured.Unstructured {
-	Expect(framework.InstallCRDs(ctx, k8s, "testdata/examplecrds")).To(Succeed())
+	Expect(framework.InstallCRDs(ctx, k8s, exampleCRDs)).To(Succeed())
 	createSecret(ctx, ns, "db-api", map[string]string{"token": dbToken})
 	p := databasePolicy(ns)
 	Expect(k8s.Create(ctx, p)).To(Succeed())

@@ -11,6 +11,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -142,6 +143,28 @@ var _ = Describe("Policies", func() {
 		Eventually(finalizers(ctx, w), 10*time.Second).Should(ConsistOf(finalizerOf(p)))
 		Expect(k8s.Delete(ctx, w)).To(Succeed())
 		Eventually(gone(ctx, w), 10*time.Second).Should(BeTrue())
+	})
+
+	It("refuses, from the cluster's discovery, a namespaced lookup of Nodes and a Job with no namespace for Namespaces", func() {
+		ns := newNamespace(ctx)
+		p := namespacedPolicy(ns, "nodes", v1alpha1.Step{Name: "w", Wait: &v1alpha1.WaitStep{Until: "size(nodes) == 0",
+			Lookups: []v1alpha1.Lookup{{Name: "nodes", APIVersion: "v1", Kind: "Node"}}}})
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		cond := expectReady(ctx, p, metav1.ConditionFalse)
+		Expect(cond.Reason).To(Equal(engine.ReasonInvalidSpec))
+		Expect(cond.Message).To(ContainSubstring("spec.steps[0].wait.lookups[0].kind: Forbidden: Node is cluster-scoped"))
+
+		cp := &v1alpha1.ClusterTeardownPolicy{ObjectMeta: metav1.ObjectMeta{Name: "ns-job-" + ns}, Spec: v1alpha1.ClusterTeardownPolicySpec{
+			TeardownPolicySpec: v1alpha1.TeardownPolicySpec{
+				TargetRef: v1alpha1.TargetReference{APIVersion: "v1", Kind: "Namespace"},
+				Selector:  &metav1.LabelSelector{MatchLabels: map[string]string{"never": ns}},
+				Pipeline: v1alpha1.Pipeline{Steps: []v1alpha1.Step{{Name: "dump", Job: &v1alpha1.JobStep{Template: v1alpha1.JobTemplate{
+					Spec: runtime.RawExtension{Raw: []byte(`{"template":{"spec":{"restartPolicy":"Never","containers":[{"name":"c","image":"busybox"}]}}}`)}}}}}},
+			}}}
+		Expect(k8s.Create(ctx, cp)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, cp))).To(Succeed()) })
+		cond = expectReady(ctx, cp, metav1.ConditionFalse)
+		Expect(cond.Message).To(ContainSubstring("spec.steps[0].job.namespace: Required value: Namespace is cluster-scoped"))
 	})
 
 	It("refuses a cluster-scoped kind in a namespaced policy", func() {

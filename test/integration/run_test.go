@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -108,7 +109,13 @@ var _ = Describe("Runs", func() {
 		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
 		run = runFor(ctx, cm)()
 		Expect(run.Status.Phase).To(Equal(v1alpha1.RunAbandoned))
-		Expect(run.Status.AbandonedBy).To(ContainSubstring("alice: snapshot verified by hand"))
+		Expect(run.Status.AbandonedBy).To(And(ContainSubstring("alice: snapshot verified by hand"), ContainSubstring("set by field manager")))
+		Expect(run.Status.Message).To(ContainSubstring("the run had failed: step hard failed: timed out after 1s"),
+			"the failure stays in the message after break glass")
+		failed := meta.FindStatusCondition(run.Status.Conditions, engine.ConditionFailed)
+		Expect(failed).NotTo(BeNil())
+		Expect(failed.Status).To(Equal(metav1.ConditionTrue))
+		Expect(failed.Message).To(ContainSubstring("step hard failed"))
 	})
 
 	It("releases the target on failure with failurePolicy Release, and bounds the pipeline with its timeout", func() {

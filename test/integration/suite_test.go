@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -47,7 +48,12 @@ var (
 	// it) among loopback addresses. forbidden is another loopback server that they may not.
 	api, forbidden *endpoint
 	httpOptions    httpstep.Options
+	// metricsAddr is where the operator serves its metrics, scraped like Prometheus would.
+	metricsAddr string
 )
+
+// stuckAfter is the operator's --stuck-after in this suite: short, so specs see runs cross it.
+const stuckAfter = 6 * time.Second
 
 func TestIntegration(t *testing.T) {
 	RegisterFailHandler(Fail)
@@ -75,6 +81,7 @@ var _ = BeforeSuite(func() {
 	allowed, err := httpstep.ParseDestination(api.srv.Listener.Addr().String())
 	Expect(err).NotTo(HaveOccurred())
 	httpOptions = httpstep.Options{AllowedDestinations: []httpstep.Destination{allowed}, APIServerHosts: []string{cfg.Host}}
+	metricsAddr = freeLoopbackAddr()
 	stopOperator = startOperator()
 })
 
@@ -95,18 +102,25 @@ var _ = AfterSuite(func() {
 // startOperator runs the engine in this process, as the operator binary would, and returns a
 // function that stops it and waits until it has stopped.
 func startOperator() func() {
+	return startOperatorWith(func(*engine.Options) {})
+}
+
+// startOperatorWith starts the operator with the suite's options changed by edit.
+func startOperatorWith(edit func(*engine.Options)) func() {
+	opts := engine.Options{
+		RunNamespace: runNamespace, TargetWorkers: 4, RunWorkers: 4, StuckAfter: stuckAfter, Resync: time.Hour,
+	}
+	edit(&opts)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  builtin.CacheOptions(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
-	_, err = engine.Setup(ctx, mgr, engine.Options{
-		RunNamespace: runNamespace, TargetWorkers: 4, RunWorkers: 4, StuckAfter: time.Minute, Resync: time.Hour,
-	}, builtin.Kinds(builtin.Options{HTTP: httpOptions})...)
+	_, err = engine.Setup(ctx, mgr, opts, builtin.Kinds(builtin.Options{HTTP: httpOptions})...)
 	Expect(err).NotTo(HaveOccurred())
 	done := make(chan struct{})
 	go func() {
@@ -118,6 +132,14 @@ func startOperator() func() {
 		cancel()
 		Eventually(done, 30*time.Second).Should(BeClosed())
 	}
+}
+
+// freeLoopbackAddr returns a loopback address with a port no one listens on now.
+func freeLoopbackAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	defer l.Close()
+	return l.Addr().String()
 }
 
 // newNamespace creates a namespace for one test.

@@ -1,0 +1,202 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/naming"
+	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/engine/watch"
+)
+
+// recountDelay folds the changes that move a policy's counts (objects armed, released or gone,
+// runs starting and ending) into at most one recount per policy per second, however many
+// objects change at once.
+const recountDelay = time.Second
+
+// recount queues a status recount of the policy that owns finalizer on objects in namespace ns.
+func (e *Engine) recount(finalizer, ns string) {
+	if pkey, ok := e.registry.ForFinalizer(finalizer, ns); ok {
+		e.recountPolicy(pkey)
+	}
+}
+
+func (e *Engine) recountPolicy(pkey policy.Key) {
+	if q := e.policies[pkey.Kind]; q != nil {
+		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pkey.Namespace, Name: pkey.Name}}, recountDelay)
+	}
+}
+
+// recountOnFinalizers queues the recount of every policy whose finalizer a target event added,
+// removed, or took away with the object, whoever made the change.
+func (e *Engine) recountOnFinalizers(ev watch.Event) {
+	var before, after []string
+	if ev.Old != nil {
+		before = ev.Old.Finalizers
+	}
+	if !ev.Deleted {
+		after = ev.Object.Finalizers
+	} else {
+		before = ev.Object.Finalizers
+	}
+	for _, f := range symmetricDiff(before, after) {
+		if naming.IsOurs(f) {
+			e.recount(f, ev.Object.Namespace)
+		}
+	}
+}
+
+// recountOnRuns is the handler that queues a policy's recount when one of its runs (of policy
+// kind kind) is created, changes phase, starts being deleted or goes.
+func (e *Engine) recountOnRuns(kind string) handler.TypedEventHandler[client.Object, reconcile.Request] {
+	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		run, ok := o.(*v1alpha1.TeardownRun)
+		if !ok || run.Spec.PolicyRef.Kind != kind {
+			return
+		}
+		ref := run.Spec.PolicyRef
+		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}}, recountDelay)
+	}
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(_ context.Context, ev event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ev.Object, q)
+		},
+		UpdateFunc: func(_ context.Context, ev event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			o, n := ev.ObjectOld.(*v1alpha1.TeardownRun), ev.ObjectNew.(*v1alpha1.TeardownRun)
+			if o.Status.Phase != n.Status.Phase || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) {
+				enqueue(n, q)
+			}
+		},
+		DeleteFunc: func(_ context.Context, ev event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ev.Object, q)
+		},
+	}
+}
+
+// runCounts are a policy's runs as its status and gauges count them.
+type runCounts struct {
+	active, stuck int
+	// nextStuck is how long until the next run crosses the stuck threshold; 0 if none will.
+	nextStuck time.Duration
+}
+
+// countRuns counts the active and stuck runs among runs at now. A run is stuck once it has been
+// in flight, or failed and kept its object, for longer than stuckAfter.
+func countRuns(runs []v1alpha1.TeardownRun, now time.Time, stuckAfter time.Duration) runCounts {
+	var c runCounts
+	for i := range runs {
+		run := &runs[i]
+		phase := run.Status.Phase
+		if !phase.Finished() {
+			c.active++
+		}
+		if phase.Finished() && phase.Releases(run.Spec.Pipeline.FailurePolicy) {
+			continue
+		}
+		crossing := run.CreationTimestamp.Add(stuckAfter)
+		if now.After(crossing) {
+			c.stuck++
+			continue
+		}
+		// Come back just past the crossing: nothing else may happen to this run until then.
+		if wait := crossing.Sub(now) + stuckMargin; c.nextStuck == 0 || wait < c.nextStuck {
+			c.nextStuck = wait
+		}
+	}
+	return c
+}
+
+// stuckMargin puts the recount just past a run's stuck crossing rather than on it.
+const stuckMargin = 100 * time.Millisecond
+
+// matchErrors records, per policy, the objects whose match failed to evaluate the last time
+// they were looked at, for the policy's status.matchErrors. It is safe for concurrent use.
+type matchErrors struct {
+	mu       sync.Mutex
+	byPolicy map[policy.Key]map[TargetKey]bool
+}
+
+func newMatchErrors() *matchErrors {
+	return &matchErrors{byPolicy: map[policy.Key]map[TargetKey]bool{}}
+}
+
+// set records whether obj's match failed for pkey; it reports whether that changed.
+func (m *matchErrors) set(pkey policy.Key, obj TargetKey, failed bool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	objs := m.byPolicy[pkey]
+	if objs[obj] == failed {
+		return false
+	}
+	if failed {
+		if objs == nil {
+			objs = map[TargetKey]bool{}
+			m.byPolicy[pkey] = objs
+		}
+		objs[obj] = true
+		return true
+	}
+	delete(objs, obj)
+	if len(objs) == 0 {
+		delete(m.byPolicy, pkey)
+	}
+	return true
+}
+
+// forgetObject drops an object that is gone and returns the policies whose count changed.
+func (m *matchErrors) forgetObject(obj TargetKey) []policy.Key {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var changed []policy.Key
+	for pkey, objs := range m.byPolicy {
+		if objs[obj] {
+			delete(objs, obj)
+			changed = append(changed, pkey)
+			if len(objs) == 0 {
+				delete(m.byPolicy, pkey)
+			}
+		}
+	}
+	slices.SortFunc(changed, func(a, b policy.Key) int { return strings.Compare(a.String(), b.String()) })
+	return changed
+}
+
+// forgetPolicy drops a policy that is gone.
+func (m *matchErrors) forgetPolicy(pkey policy.Key) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.byPolicy, pkey)
+}
+
+// count returns how many objects' match fails for pkey.
+func (m *matchErrors) count(pkey policy.Key) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.byPolicy[pkey])
+}
+
+func symmetricDiff(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	for _, x := range b {
+		if !slices.Contains(a, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}

@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/steps"
+)
+
+// cleanUp lets go of a finished run: it removes the finalizer from the target (if the outcome
+// releases it), then its own finalizer, and deletes the run after the retention period. The run's
+// own finalizer marks a release still to do, so a crash anywhere here is completed next time.
+func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) (reconcile.Result, error) {
+	ownedErr := r.releaseOwned(ctx, run)
+	if r.trusted(run) != nil {
+		// A rejected run released nothing and holds nothing: only the record is left to expire.
+		return r.expire(ctx, run)
+	}
+	if !run.Status.Phase.Releases(run.Spec.Pipeline.FailurePolicy) {
+		if ownedErr != nil {
+			return reconcile.Result{RequeueAfter: ownedRetry}, nil
+		}
+		return reconcile.Result{}, nil
+	}
+	if slices.Contains(run.Finalizers, FinalizerRun) {
+		t := run.Spec.Target
+		gv, _ := schema.ParseGroupVersion(t.APIVersion)
+		if r.trusted(run) == nil {
+			if _, err := r.removeFinalizer(ctx, gv.WithKind(t.Kind), t.Namespace, t.Name, t.UID, run.Spec.Finalizer); err != nil && !meta.IsNoMatchError(err) {
+				return reconcile.Result{}, fmt.Errorf("releasing %s %s/%s: %w", t.Kind, t.Namespace, t.Name, err)
+			}
+		}
+		if ownedErr != nil {
+			// The target is released; the run keeps its own finalizer, the mark of work still to
+			// do, until what its steps made is let go.
+			return reconcile.Result{RequeueAfter: ownedRetry}, nil
+		}
+		m := &metav1.PartialObjectMetadata{ObjectMeta: run.ObjectMeta}
+		m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
+		rv, err := r.patchOutFinalizer(ctx, m.GroupVersionKind(), m, FinalizerRun)
+		if err != nil {
+			if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			}
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+		if rv != "" {
+			r.written.set(client.ObjectKeyFromObject(run), rv)
+		}
+	}
+	return r.retain(ctx, run)
+}
+
+// expire lets go of a rejected run: its own finalizer, if a hand-made run carries it, then the
+// run itself after the retention period.
+func (r *runReconciler) expire(ctx context.Context, run *v1alpha1.TeardownRun) (reconcile.Result, error) {
+	if slices.Contains(run.Finalizers, FinalizerRun) {
+		m := &metav1.PartialObjectMetadata{ObjectMeta: run.ObjectMeta}
+		m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
+		if _, err := r.patchOutFinalizer(ctx, m.GroupVersionKind(), m, FinalizerRun); err != nil {
+			if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			}
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+	return r.retain(ctx, run)
+}
+
+// retain deletes a finished run once the retention period has passed since it completed.
+func (r *runReconciler) retain(ctx context.Context, run *v1alpha1.TeardownRun) (reconcile.Result, error) {
+	if r.opts.RunRetention <= 0 || run.Status.CompletionTime == nil || run.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil
+	}
+	if left := time.Until(run.Status.CompletionTime.Add(r.opts.RunRetention)); left > 0 {
+		return reconcile.Result{RequeueAfter: left}, nil
+	}
+	return reconcile.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, run))
+}
+
+// ownedRetry is how soon a finished run tries again to let go of what its steps made.
+const ownedRetry = 10 * time.Second
+
+// releaseOwned lets every kind that makes objects for runs let go of this finished run's.
+func (r *runReconciler) releaseOwned(ctx context.Context, run *v1alpha1.TeardownRun) error {
+	if r.trusted(run) != nil {
+		return nil
+	}
+	var errs []error
+	for _, k := range r.kinds {
+		if o, ok := k.(steps.Owner); ok {
+			if err := o.ReleaseRun(ctx, run); err != nil {
+				errs = append(errs, fmt.Errorf("%s steps: %w", k.Name(), err))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "cannot yet let go of what the run's steps made; trying again", "retryIn", ownedRetry)
+		return err
+	}
+	return nil
+}
+
