@@ -83,7 +83,7 @@ lint: $(STATICCHECK) ## gofmt, go vet and staticcheck.
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no API server).
-	$(GO) test ./api/... ./engine/... ./steps/... ./cmd/...
+	$(GO) test ./api/... ./internal/... ./engine/... ./steps/... ./cmd/...
 
 .PHONY: test-integration
 test-integration: control-plane $(GINKGO) ## Integration suites against a real API server (envtest).

@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine/naming"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/engine/watch"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
 )
 
 // recountDelay folds the changes that move a policy's counts (objects armed, released or gone,

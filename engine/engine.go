@@ -3,53 +3,27 @@ package engine
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine/expr"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/engine/watch"
+	"github.com/teardown-dev/teardown-operator/internal/expr"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
-// Labels, annotations and finalizers the engine owns.
 const (
-	// AnnotationAbandon on a target breaks glass: its runs skip their remaining steps and release
-	// the target. The value should say who asks and why; it is recorded in the run.
-	AnnotationAbandon = "teardown.dev/abandon"
-	// FinalizerRun keeps a run while its pipeline is in flight, so that deleting its namespace
-	// (or the run) cannot lose the pipeline's state.
-	FinalizerRun = "teardown.dev/run-in-progress"
-	// FinalizerPolicy keeps a policy until its targets are released and its runs are done.
-	FinalizerPolicy = "teardown.dev/release-targets"
-
-	LabelPolicyKind      = "teardown.dev/policy-kind"
-	LabelPolicy          = "teardown.dev/policy"
-	LabelPolicyNamespace = "teardown.dev/policy-namespace"
-	LabelTargetUID       = "teardown.dev/target-uid"
-	LabelTargetKind      = "teardown.dev/target-kind"
-	LabelTargetNamespace = "teardown.dev/target-namespace"
-	LabelTargetName      = "teardown.dev/target-name"
-
 	indexTargetUID = "spec.target.uid"
 	indexPolicy    = "spec.policyRef"
 )
@@ -68,26 +42,6 @@ type Options struct {
 	StuckAfter time.Duration
 	// Resync is the period of the dynamic informers' resync.
 	Resync time.Duration
-}
-
-// KindFactory builds a step kind from the engine's dependencies.
-type KindFactory func(Deps) steps.Kind
-
-// Deps are what step kinds may use.
-type Deps struct {
-	Client client.Client
-	// Reader reads from the API server, bypassing the cache (for objects the operator does not
-	// watch, such as Secrets).
-	Reader client.Reader
-	Lister *Lister
-	// Wake queues a run for a reconcile now, for a step whose work finished outside a reconcile
-	// (an HTTP response that came after the reconcile stopped waiting for it).
-	Wake func(run types.NamespacedName)
-	// Config is the manager's REST config, for clients the controller-runtime client cannot
-	// replace (pod logs).
-	Config *rest.Config
-	// NamespaceTerminating reports whether a namespace is being deleted, from the cache.
-	NamespaceTerminating func(ctx context.Context, namespace string) bool
 }
 
 // Engine wires the reconcilers together.
@@ -125,7 +79,7 @@ func (k TargetKey) String() string {
 }
 
 // Setup builds the engine and registers its controllers and watches with mgr.
-func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...KindFactory) (*Engine, error) {
+func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...steps.Factory) (*Engine, error) {
 	if opts.RunNamespace == "" {
 		return nil, fmt.Errorf("engine: RunNamespace is required")
 	}
@@ -155,14 +109,13 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...Kind
 		metrics:   newMetrics(),
 	}
 	e.events = newEventSink(mgr.GetEventRecorder("teardown-operator"), e.namespaceTerminating)
-	lister := &Lister{reader: mgr.GetAPIReader(), mapper: mgr.GetRESTMapper()}
-	deps := Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Lister: lister,
+	deps := steps.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper(),
 		Wake:   func(run types.NamespacedName) { e.runs.Add(reconcile.Request{NamespacedName: run}) },
 		Config: mgr.GetConfig(), NamespaceTerminating: e.namespaceTerminating}
 	for _, f := range kinds {
 		e.kinds = append(e.kinds, f(deps))
 	}
-	e.compiler = policy.NewCompiler(env, e.kinds, lister.Namespaced)
+	e.compiler = policy.NewCompiler(env, e.kinds, kindScope(mgr.GetRESTMapper()))
 	e.watches = watch.NewManager(mc, mgr.GetRESTMapper(), e.route, opts.Resync, ctrl.Log.WithName("watch"))
 	if err := mgr.Add(e.watches); err != nil {
 		return nil, err
@@ -189,85 +142,13 @@ func (e *Engine) indexRuns(ctx context.Context, mgr manager.Manager) error {
 	})
 }
 
-func (e *Engine) setupControllers(mgr manager.Manager) error {
-	// Policies.
-	for kind, obj := range map[string]client.Object{policy.KindNamespaced: &v1alpha1.TeardownPolicy{}, policy.KindCluster: &v1alpha1.ClusterTeardownPolicy{}} {
-		r := &policyReconciler{Engine: e, kind: kind}
-		err := builder.ControllerManagedBy(mgr).
-			Named(kind).
-			For(obj).
-			Watches(&v1alpha1.TeardownRun{}, e.recountOnRuns(kind)).
-			WatchesRawSource(e.policies[kind].source()).
-			WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
-			Complete(r)
-		if err != nil {
-			return fmt.Errorf("%s controller: %w", kind, err)
-		}
-	}
-	// Namespaces: label changes move objects in and out of cluster policies' namespace selectors,
-	// and a namespace's deletion changes where runs go and when its policies may let go.
-	nsMeta := metaRef(namespaceGVK, "", "")
-	err := builder.ControllerManagedBy(mgr).
-		Named("namespace").
-		WatchesMetadata(nsMeta, &handler.Funcs{
-			CreateFunc: func(ctx context.Context, ev eventCreate, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				e.namespaceChanged(ev.Object.GetName())
-			},
-			UpdateFunc: func(ctx context.Context, ev eventUpdate, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				if !equalStrings(ev.ObjectOld.GetLabels(), ev.ObjectNew.GetLabels()) || ev.ObjectOld.GetDeletionTimestamp() == nil && ev.ObjectNew.GetDeletionTimestamp() != nil {
-					e.namespaceChanged(ev.ObjectNew.GetName())
-				}
-			},
-		}).
-		Complete(reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil }))
-	if err != nil {
-		return fmt.Errorf("namespace watch: %w", err)
-	}
-	// Targets.
-	tc, err := controller.NewTyped[TargetKey]("target", mgr, controller.TypedOptions[TargetKey]{
-		Reconciler:              &targetReconciler{Engine: e},
-		MaxConcurrentReconciles: e.opts.TargetWorkers,
-	})
-	if err != nil {
-		return fmt.Errorf("target controller: %w", err)
-	}
-	if err := tc.Watch(e.targets.source()); err != nil {
-		return err
-	}
-	// Runs.
-	runs := builder.ControllerManagedBy(mgr).
-		Named("teardownrun")
-	// Objects steps create for runs (Jobs): a change executes their run at once.
-	for _, k := range e.kinds {
-		if o, ok := k.(steps.Owner); ok {
-			for _, obj := range o.Owns() {
-				runs = runs.Watches(obj, handler.EnqueueRequestsFromMapFunc(runOfOwned))
-			}
-		}
-	}
-	return runs.
-		// A run's own status writes must not wake it: its next check time is in the status and
-		// it is requeued for it. Creation, deletion, finalizer changes and a retry request do.
-		For(&v1alpha1.TeardownRun{}, builder.WithPredicates(predicate.Or(
-			predicate.GenerationChangedPredicate{},
-			predicate.Funcs{UpdateFunc: func(ev event.UpdateEvent) bool {
-				o, n := ev.ObjectOld, ev.ObjectNew
-				return (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) || !slices.Equal(o.GetFinalizers(), n.GetFinalizers()) ||
-					n.GetAnnotations()[AnnotationRetry] != "" && o.GetAnnotations()[AnnotationRetry] != n.GetAnnotations()[AnnotationRetry]
-			}},
-		))).
-		WatchesRawSource(e.runs.source()).
-		WithOptions(controller.Options{MaxConcurrentReconciles: e.opts.RunWorkers}).
-		Complete(&runReconciler{Engine: e})
-}
-
 // runOfOwned maps an object a step created to the run its labels name.
 func runOfOwned(_ context.Context, o client.Object) []reconcile.Request {
 	l := o.GetLabels()
-	if l[steps.LabelRun] == "" || l[steps.LabelRunNamespace] == "" {
+	if l[v1alpha1.LabelRun] == "" || l[v1alpha1.LabelRunNamespace] == "" {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: l[steps.LabelRunNamespace], Name: l[steps.LabelRun]}}}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: l[v1alpha1.LabelRunNamespace], Name: l[v1alpha1.LabelRun]}}}
 }
 
 // route receives every event of the dynamic informers and queues the work it implies.
@@ -323,7 +204,7 @@ func runsCare(ev watch.Event) bool {
 	case old == nil || old.DeletionTimestamp == nil:
 		return true
 	}
-	return o.Annotations[AnnotationAbandon] != old.Annotations[AnnotationAbandon]
+	return o.Annotations[v1alpha1.AnnotationAbandon] != old.Annotations[v1alpha1.AnnotationAbandon]
 }
 
 // namespaceChanged re-examines what a namespace's labels or deletion affect.
@@ -367,6 +248,17 @@ func (e *Engine) runsOfPolicy(ctx context.Context, key policy.Key) ([]v1alpha1.T
 	return list.Items, nil
 }
 
+// kindScope tells the compiler, from discovery, whether a kind is namespaced.
+func kindScope(mapper meta.RESTMapper) func(schema.GroupVersionKind) (bool, error) {
+	return func(gvk schema.GroupVersionKind) (bool, error) {
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return false, fmt.Errorf("kind %s is not served: %w", gvk, err)
+		}
+		return m.Scope.Name() == meta.RESTScopeNameNamespace, nil
+	}
+}
+
 // namespaceTerminating reports whether a namespace is being deleted, from the cache.
 func (e *Engine) namespaceTerminating(ctx context.Context, ns string) bool {
 	if ns == "" {
@@ -397,119 +289,4 @@ func equalStrings(a, b map[string]string) bool {
 		}
 	}
 	return true
-}
-
-// queueRef hands a controller's queue to code outside the controller (informer handlers, other
-// reconcilers). Items added before the controller starts are kept and queued when it does.
-type queueRef[T comparable] struct {
-	mu      sync.Mutex
-	q       workqueue.TypedRateLimitingInterface[T]
-	pending []T
-}
-
-func (r *queueRef[T]) source() source.TypedSource[T] {
-	return source.TypedFunc[T](func(_ context.Context, q workqueue.TypedRateLimitingInterface[T]) error {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.q = q
-		for _, item := range r.pending {
-			q.Add(item)
-		}
-		r.pending = nil
-		return nil
-	})
-}
-
-// Add queues item now.
-func (r *queueRef[T]) Add(item T) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.q == nil {
-		r.pending = append(r.pending, item)
-		return
-	}
-	r.q.Add(item)
-}
-
-// AddAfter queues item after d; the queue folds repeated adds of the same item.
-func (r *queueRef[T]) AddAfter(item T, d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.q == nil {
-		r.pending = append(r.pending, item)
-		return
-	}
-	r.q.AddAfter(item, d)
-}
-
-// interest records which runs wait on changes to which kinds of objects (wait-step lookups).
-type interest struct {
-	mu    sync.Mutex
-	byGVK map[schema.GroupVersionKind]map[string]map[reconcile.Request]struct{} // gvk -> namespace -> runs
-	byRun map[reconcile.Request][]steps.WatchTarget
-}
-
-func newInterest() *interest {
-	return &interest{byGVK: map[schema.GroupVersionKind]map[string]map[reconcile.Request]struct{}{}, byRun: map[reconcile.Request][]steps.WatchTarget{}}
-}
-
-// set replaces what run waits on and returns the kinds it no longer waits on.
-func (in *interest) set(run reconcile.Request, targets []steps.WatchTarget) (dropped []schema.GroupVersionKind) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	keep := map[schema.GroupVersionKind]bool{}
-	for _, t := range targets {
-		keep[t.GVK] = true
-	}
-	for _, old := range in.byRun[run] {
-		if nss := in.byGVK[old.GVK]; nss != nil {
-			delete(nss[old.Namespace], run)
-			if len(nss[old.Namespace]) == 0 {
-				delete(nss, old.Namespace)
-			}
-			if len(nss) == 0 {
-				delete(in.byGVK, old.GVK)
-			}
-		}
-		if !keep[old.GVK] {
-			dropped = append(dropped, old.GVK)
-		}
-	}
-	if len(targets) == 0 {
-		delete(in.byRun, run)
-		return dropped
-	}
-	in.byRun[run] = targets
-	for _, t := range targets {
-		nss := in.byGVK[t.GVK]
-		if nss == nil {
-			nss = map[string]map[reconcile.Request]struct{}{}
-			in.byGVK[t.GVK] = nss
-		}
-		if nss[t.Namespace] == nil {
-			nss[t.Namespace] = map[reconcile.Request]struct{}{}
-		}
-		nss[t.Namespace][run] = struct{}{}
-	}
-	return dropped
-}
-
-// interested returns the runs waiting on changes to gvk objects in namespace.
-func (in *interest) interested(gvk schema.GroupVersionKind, namespace string) []reconcile.Request {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	nss := in.byGVK[gvk]
-	if nss == nil {
-		return nil
-	}
-	var out []reconcile.Request
-	for r := range nss[namespace] {
-		out = append(out, r)
-	}
-	if namespace != "" {
-		for r := range nss[""] {
-			out = append(out, r)
-		}
-	}
-	return out
 }

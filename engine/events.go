@@ -2,42 +2,12 @@ package engine
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 )
-
-// Event reasons. They are part of the API: users alert on them.
-const (
-	ReasonRunCreated       = "TeardownStarted"
-	ReasonStepStarted      = "StepStarted"
-	ReasonStepSucceeded    = "StepSucceeded"
-	ReasonStepFailed       = "StepFailed"
-	ReasonStepRetrying     = "StepRetrying"
-	ReasonStepSkipped      = "StepSkipped"
-	ReasonSucceeded        = "TeardownSucceeded"
-	ReasonFailed           = "TeardownFailed"
-	ReasonAbandoned        = "TeardownAbandoned"
-	ReasonPolicyInvalid    = "PolicyInvalid"
-	ReasonPolicyGone       = "PolicyGone"
-	ReasonPipelineTimedOut = "PipelineTimedOut"
-	ReasonMatchFailed      = "MatchFailed"
-	ReasonRetried          = "TeardownRetried"
-	ReasonRetryRefused     = "RetryRefused"
-)
-
-// runEvent is one event to emit about a run, and about its target.
-type runEvent struct {
-	warning bool
-	reason  string
-	// action names what the event is about: the step, for step events. The events recorder folds
-	// events with the same object, reason and action into one series that keeps the first note,
-	// so without it two steps succeeding in one pass would show as one.
-	action string
-	note   string
-}
 
 // eventSink emits events on runs and targets. Targets in a terminating namespace get none: the
 // API server refuses every create there, and trying would cost a request for each.
@@ -51,19 +21,19 @@ func newEventSink(rec recorder.EventRecorder, terminating func(context.Context, 
 }
 
 // emit records ev on regarding (and its related object, if any).
-func (s *eventSink) emit(ctx context.Context, regarding, related runtime.Object, ns string, ev runEvent) {
+func (s *eventSink) emit(ctx context.Context, regarding, related runtime.Object, ns string, ev pipeline.Event) {
 	if regarding == nil || s.terminating(ctx, ns) {
 		return
 	}
 	typ := corev1.EventTypeNormal
-	if ev.warning {
+	if ev.Warning {
 		typ = corev1.EventTypeWarning
 	}
-	action := ev.action
+	action := ev.Action
 	if action == "" {
-		action = ev.reason
+		action = ev.Reason
 	}
-	s.rec.Eventf(regarding, related, typ, ev.reason, action, "%s", truncate(ev.note, 1000))
+	s.rec.Eventf(regarding, related, typ, ev.Reason, action, "%s", truncate(ev.Note, 1000))
 }
 
 func truncate(s string, n int) string {
@@ -71,8 +41,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n-3] + "..."
-}
-
-func eventf(warning bool, reason, format string, args ...any) runEvent {
-	return runEvent{warning: warning, reason: reason, note: fmt.Sprintf(format, args...)}
 }

@@ -22,18 +22,6 @@ import (
 	"github.com/teardown-dev/teardown-operator/engine/watch"
 )
 
-// Policy condition and its reasons.
-const (
-	ConditionReady = "Ready"
-
-	ReasonProtecting    = "Protecting"
-	ReasonSuspended     = "Suspended"
-	ReasonInvalidSpec   = "InvalidSpec"
-	ReasonKindNotServed = "TargetKindNotServed"
-	ReasonInvalidTarget = "InvalidTarget"
-	ReasonReleasing     = "ReleasingTargets"
-)
-
 // Requeue periods of the policy reconciler.
 const (
 	// retryNotServed is how often a policy whose target kind is missing looks again, so that it
@@ -41,6 +29,9 @@ const (
 	retryNotServed = 10 * time.Second
 	// retryDeleting is how often a policy being deleted checks whether its targets are released.
 	retryDeleting = 2 * time.Second
+	// waitSync is how soon a policy looks again while the watches have not started or its
+	// target kind's watch has not synced: counts from a cache still filling would be wrong.
+	waitSync = time.Second
 )
 
 type policyReconciler struct {
@@ -98,30 +89,30 @@ func (r *policyReconciler) compile(v policy.View) (*policy.Compiled, reconcile.R
 	if len(errs) > 0 {
 		r.registry.SetInvalid(v.Key, gvk)
 		r.acquireQuietly(gvk, v.Key)
-		r.setReady(v, metav1.ConditionFalse, ReasonInvalidSpec, errs.ToAggregate().Error())
+		r.setReady(v, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, errs.ToAggregate().Error())
 		return nil, reconcile.Result{}
 	}
 	mapping, err := r.watches.Acquire(gvk, consumerOf(v.Key))
 	if errors.Is(err, watch.ErrNotStarted) {
-		return nil, reconcile.Result{RequeueAfter: time.Second}
+		return nil, reconcile.Result{RequeueAfter: waitSync}
 	}
 	if err != nil {
 		r.registry.SetInvalid(v.Key, gvk)
-		r.setReady(v, metav1.ConditionFalse, ReasonKindNotServed, fmt.Sprintf(
+		r.setReady(v, metav1.ConditionFalse, v1alpha1.ReasonKindNotServed, fmt.Sprintf(
 			"spec.targetRef: %s %s is not served by the cluster (is its CRD installed?); checking again every %s", gvk.Kind, gvk.GroupVersion(), retryNotServed))
 		return nil, reconcile.Result{RequeueAfter: retryNotServed}
 	}
 	if v.Key.Namespaced() && mapping.Scope.Name() != meta.RESTScopeNameNamespace {
 		r.watches.Release(gvk, consumerOf(v.Key))
 		r.registry.SetInvalid(v.Key, gvk)
-		r.setReady(v, metav1.ConditionFalse, ReasonInvalidTarget, fmt.Sprintf(
+		r.setReady(v, metav1.ConditionFalse, v1alpha1.ReasonInvalidTarget, fmt.Sprintf(
 			"spec.targetRef: %s is cluster-scoped; a TeardownPolicy protects only objects in its own namespace (use a ClusterTeardownPolicy)", gvk.Kind))
 		return nil, reconcile.Result{}
 	}
 	if compiled.Suspended {
-		r.setReady(v, metav1.ConditionFalse, ReasonSuspended, "spec.suspend is true: targets are released and runs abandoned")
+		r.setReady(v, metav1.ConditionFalse, v1alpha1.ReasonSuspended, "spec.suspend is true: targets are released and runs abandoned")
 	} else {
-		r.setReady(v, metav1.ConditionTrue, ReasonProtecting, fmt.Sprintf("protecting %s objects; finalizer %s", gvk.Kind, compiled.Finalizer))
+		r.setReady(v, metav1.ConditionTrue, v1alpha1.ReasonProtecting, fmt.Sprintf("protecting %s objects; finalizer %s", gvk.Kind, compiled.Finalizer))
 	}
 	return compiled, reconcile.Result{}
 }
@@ -146,7 +137,7 @@ func (r *policyReconciler) acquireQuietly(gvk schema.GroupVersionKind, key polic
 // deleted, every target is about to be deleted too, so none is released early: the policy waits
 // for all of their pipelines.
 func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, cached client.Object) (reconcile.Result, error) {
-	if !slices.Contains(v.Object.GetFinalizers(), FinalizerPolicy) {
+	if !slices.Contains(v.Object.GetFinalizers(), v1alpha1.FinalizerPolicy) {
 		return reconcile.Result{}, nil
 	}
 	gvk := targetGVK(v.Spec)
@@ -164,7 +155,7 @@ func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, c
 	if _, err := r.watches.Mapping(gvk); err == nil {
 		r.acquireQuietly(gvk, v.Key)
 		if !r.watches.Synced(gvk) {
-			return reconcile.Result{RequeueAfter: time.Second}, nil
+			return reconcile.Result{RequeueAfter: waitSync}, nil
 		}
 		remaining = r.countProtected(gvk, v.Key, compiled.Finalizer)
 	}
@@ -172,17 +163,13 @@ func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, c
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	for _, run := range runs {
-		if !run.Status.Phase.Finished() {
-			active++
-		}
-	}
+	active = countRuns(runs, time.Now(), r.opts.StuckAfter).active
 	if remaining > 0 || active > 0 {
 		msg := fmt.Sprintf("policy is being deleted: waiting for %d objects to lose finalizer %s and %d runs to finish", remaining, compiled.Finalizer, active)
 		if v.Key.Namespaced() && r.namespaceTerminating(ctx, v.Key.Namespace) {
 			msg = fmt.Sprintf("namespace is being deleted: waiting for the teardown of %d objects (%d runs in flight)", remaining, active)
 		}
-		r.setReady(v, metav1.ConditionFalse, ReasonReleasing, msg)
+		r.setReady(v, metav1.ConditionFalse, v1alpha1.ReasonReleasing, msg)
 		v.Status.Protected, v.Status.ActiveRuns = int32(remaining), int32(active)
 		if _, err := r.writeStatus(ctx, v, cached, reconcile.Result{}); err != nil {
 			return reconcile.Result{}, err
@@ -202,7 +189,12 @@ func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, c
 			return reconcile.Result{RequeueAfter: retryDeleting}, nil
 		}
 	}
-	kept := slices.DeleteFunc(slices.Clone(v.Object.GetFinalizers()), func(f string) bool { return f == FinalizerPolicy })
+	return r.letGo(ctx, v)
+}
+
+// letGo removes the policy's own finalizer, once nothing holds it, and forgets the policy.
+func (r *policyReconciler) letGo(ctx context.Context, v policy.View) (reconcile.Result, error) {
+	kept := slices.DeleteFunc(slices.Clone(v.Object.GetFinalizers()), func(f string) bool { return f == v1alpha1.FinalizerPolicy })
 	if _, err := r.writePolicyFinalizers(ctx, v.Object, kept); err != nil {
 		if apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
@@ -224,14 +216,14 @@ func (r *policyReconciler) forget(key policy.Key) {
 }
 
 func (r *policyReconciler) ensureFinalizer(ctx context.Context, obj client.Object) error {
-	if slices.Contains(obj.GetFinalizers(), FinalizerPolicy) {
+	if slices.Contains(obj.GetFinalizers(), v1alpha1.FinalizerPolicy) {
 		return nil
 	}
-	rv, err := r.writePolicyFinalizers(ctx, obj, append(slices.Clone(obj.GetFinalizers()), FinalizerPolicy))
+	rv, err := r.writePolicyFinalizers(ctx, obj, append(slices.Clone(obj.GetFinalizers()), v1alpha1.FinalizerPolicy))
 	if err != nil {
-		return fmt.Errorf("adding finalizer %s: %w", FinalizerPolicy, err)
+		return fmt.Errorf("adding finalizer %s: %w", v1alpha1.FinalizerPolicy, err)
 	}
-	obj.SetFinalizers(append(obj.GetFinalizers(), FinalizerPolicy))
+	obj.SetFinalizers(append(obj.GetFinalizers(), v1alpha1.FinalizerPolicy))
 	obj.SetResourceVersion(rv) // so that this reconcile's status update is not a conflict
 	return nil
 }
@@ -254,7 +246,7 @@ func (r *policyReconciler) writeStatus(ctx context.Context, v policy.View, cache
 		if r.watches.Watching(gvk) && r.watches.Synced(gvk) {
 			st.Protected = int32(r.countProtected(gvk, v.Key, st.Finalizer))
 		} else if r.watches.Watching(gvk) {
-			res = earliest(res, reconcile.Result{RequeueAfter: time.Second})
+			res = earliest(res, reconcile.Result{RequeueAfter: waitSync})
 		}
 		runs, err := r.runsOfPolicy(ctx, v.Key)
 		if err != nil {
@@ -290,7 +282,7 @@ func (r *policyReconciler) writeStatus(ctx context.Context, v policy.View, cache
 }
 
 func (r *policyReconciler) setReady(v policy.View, status metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&v.Status.Conditions, metav1.Condition{Type: ConditionReady, Status: status, Reason: reason,
+	meta.SetStatusCondition(&v.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: status, Reason: reason,
 		Message: msg, ObservedGeneration: v.Object.GetGeneration()})
 }
 
@@ -335,7 +327,7 @@ func (r *policyReconciler) countProtectedLive(ctx context.Context, gvk schema.Gr
 func (r *policyReconciler) enqueueRuns(ctx context.Context, key policy.Key) {
 	runs, _ := r.runsOfPolicy(ctx, key)
 	for i := range runs {
-		if !runs[i].Status.Phase.Finished() || slices.Contains(runs[i].Finalizers, FinalizerRun) {
+		if !runs[i].Status.Phase.Finished() || slices.Contains(runs[i].Finalizers, v1alpha1.FinalizerRun) {
 			r.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&runs[i])})
 		}
 	}

@@ -34,7 +34,7 @@ func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) 
 		}
 		return reconcile.Result{}, nil
 	}
-	if slices.Contains(run.Finalizers, FinalizerRun) {
+	if slices.Contains(run.Finalizers, v1alpha1.FinalizerRun) {
 		t := run.Spec.Target
 		gv, _ := schema.ParseGroupVersion(t.APIVersion)
 		if r.trusted(run) == nil {
@@ -49,7 +49,7 @@ func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) 
 		}
 		m := &metav1.PartialObjectMetadata{ObjectMeta: run.ObjectMeta}
 		m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
-		rv, err := r.patchOutFinalizer(ctx, m.GroupVersionKind(), m, FinalizerRun)
+		rv, err := r.patchOutFinalizer(ctx, m.GroupVersionKind(), m, v1alpha1.FinalizerRun)
 		if err != nil {
 			if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
 				return reconcile.Result{RequeueAfter: conflictRetry}, nil
@@ -66,10 +66,10 @@ func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) 
 // expire lets go of a rejected run: its own finalizer, if a hand-made run carries it, then the
 // run itself after the retention period.
 func (r *runReconciler) expire(ctx context.Context, run *v1alpha1.TeardownRun) (reconcile.Result, error) {
-	if slices.Contains(run.Finalizers, FinalizerRun) {
+	if slices.Contains(run.Finalizers, v1alpha1.FinalizerRun) {
 		m := &metav1.PartialObjectMetadata{ObjectMeta: run.ObjectMeta}
 		m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
-		if _, err := r.patchOutFinalizer(ctx, m.GroupVersionKind(), m, FinalizerRun); err != nil {
+		if _, err := r.patchOutFinalizer(ctx, m.GroupVersionKind(), m, v1alpha1.FinalizerRun); err != nil {
 			if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
 				return reconcile.Result{RequeueAfter: conflictRetry}, nil
 			}
@@ -112,4 +112,3 @@ func (r *runReconciler) releaseOwned(ctx context.Context, run *v1alpha1.Teardown
 	}
 	return nil
 }
-

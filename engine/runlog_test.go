@@ -13,9 +13,10 @@ import (
 )
 
 func TestLogTransitions(t *testing.T) {
-	base := failedRun()
-	base.Status = v1alpha1.TeardownRunStatus{}
-	base.Spec.Target.Kind = "ConfigMap"
+	base := &v1alpha1.TeardownRun{Spec: v1alpha1.TeardownRunSpec{
+		PolicyRef: v1alpha1.PolicyReference{Kind: "TeardownPolicy", Namespace: "ns", Name: "p"},
+		Target:    v1alpha1.TargetObjectReference{Kind: "ConfigMap", Namespace: "ns", Name: "t"},
+	}}
 	at := func(phase v1alpha1.RunPhase, steps ...v1alpha1.StepStatus) *v1alpha1.TeardownRun {
 		r := base.DeepCopy()
 		r.Status.Phase, r.Status.Steps = phase, steps

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -12,13 +13,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	ctrl "sigs.k8s.io/controller-runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine/naming"
+	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
 )
 
 // targetReconciler keeps one object's teardown finalizers in line with the policies that select
@@ -88,8 +90,7 @@ func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj
 // CEL match failed to evaluate are left as they are.
 func (r *targetReconciler) desiredFinalizers(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata) (want, managed map[string]bool, err error) {
 	want, managed = map[string]bool{}, map[string]bool{}
-	var nsLabels map[string]string
-	var full map[string]any
+	look := &lazyObject{r: r, key: key}
 	policies := r.registry.ForGVK(key.GVK)
 	failed := make(map[policy.Key]error, len(policies))
 	defer func() {
@@ -111,61 +112,20 @@ func (r *targetReconciler) desiredFinalizers(ctx context.Context, key TargetKey,
 		if p.Suspended || p.Deleting {
 			continue
 		}
-		if p.NamespaceSelector != nil && key.Namespace != "" && nsLabels == nil {
-			ns, err := r.namespace(ctx, key.Namespace)
-			if err != nil {
-				return nil, nil, fmt.Errorf("reading namespace %s: %w", key.Namespace, err)
-			}
-			nsLabels = ns.Labels
-			if nsLabels == nil {
-				nsLabels = map[string]string{}
-			}
+		selected, err := look.selectedBy(ctx, p, obj)
+		switch {
+		case errors.Is(err, errGone):
+			return map[string]bool{}, map[string]bool{}, nil
+		case errors.As(err, new(*matchError)):
+			failed[p.Key] = err
+			managed[p.Finalizer] = false
+		case err != nil:
+			return nil, nil, err
+		case selected:
+			want[p.Finalizer] = true
 		}
-		if !p.Selects(obj.Labels, nsLabels, key.Namespace != "") {
-			continue
-		}
-		if p.Match != nil {
-			if full == nil {
-				if full, err = r.readFull(ctx, key); err != nil {
-					return nil, nil, err
-				}
-				if full == nil {
-					return map[string]bool{}, map[string]bool{}, nil // gone
-				}
-			}
-			ok, merr := p.MatchObject(ctx, full)
-			if merr != nil {
-				failed[p.Key] = merr
-				managed[p.Finalizer] = false
-				continue
-			}
-			if !ok {
-				continue
-			}
-		}
-		want[p.Finalizer] = true
 	}
 	return want, managed, nil
-}
-
-// recordMatchErrors keeps the policies' match-error counts in line with this look at the object,
-// and tells on the object when its match starts failing: an object a policy should protect but
-// cannot evaluate must not go unnoticed.
-func (r *targetReconciler) recordMatchErrors(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, policies []*policy.Compiled, failed map[policy.Key]error) {
-	for _, p := range policies {
-		err := failed[p.Key]
-		if !r.matchErrs.set(p.Key, key, err != nil) {
-			continue
-		}
-		r.recountPolicy(p.Key)
-		if err == nil {
-			continue
-		}
-		ctrl.LoggerFrom(ctx).Info("match cannot be evaluated on the object; leaving its finalizers as they are",
-			"policy", p.Key.String(), "object", key.String(), "error", err.Error())
-		r.events.emit(ctx, targetRef(key, obj), nil, key.Namespace, eventf(true, ReasonMatchFailed,
-			"%s: spec.match cannot be evaluated on this object, so it is left as it is (a finalizer already on it stays, none is added): %v", p.Key, err))
-	}
 }
 
 // orphaned reports whether a teardown finalizer belongs to no existing policy. A policy that
@@ -225,29 +185,29 @@ func (r *targetReconciler) startRun(ctx context.Context, key TargetKey, obj *met
 		if !r.orphaned(ctx, finalizer, key.Namespace) {
 			return reconcile.Result{RequeueAfter: retryUnknownPolicy}, nil
 		}
-		return reconcile.Result{}, r.releaseWithoutRun(ctx, key, obj, finalizer, eventf(false, ReasonPolicyGone,
+		return reconcile.Result{}, r.releaseWithoutRun(ctx, key, obj, finalizer, pipeline.Eventf(false, v1alpha1.ReasonPolicyGone,
 			"Policy for finalizer %s no longer exists; nothing to run, finalizer removed", finalizer))
 	}
 	p := r.registry.Get(pkey)
 	switch {
-	case p == nil && obj.Annotations[AnnotationAbandon] != "":
-		return reconcile.Result{}, r.releaseWithoutRun(ctx, key, obj, finalizer, eventf(true, ReasonAbandoned,
-			"%s is invalid and %s is set (%q): finalizer removed without a run", pkey, AnnotationAbandon, obj.Annotations[AnnotationAbandon]))
+	case p == nil && obj.Annotations[v1alpha1.AnnotationAbandon] != "":
+		return reconcile.Result{}, r.releaseWithoutRun(ctx, key, obj, finalizer, pipeline.Eventf(true, v1alpha1.ReasonAbandoned,
+			"%s is invalid and %s is set (%q): finalizer removed without a run", pkey, v1alpha1.AnnotationAbandon, obj.Annotations[v1alpha1.AnnotationAbandon]))
 	case p == nil:
-		r.events.emit(ctx, targetRef(key, obj), nil, key.Namespace, eventf(true, ReasonPolicyInvalid,
-			"%s is invalid, so the teardown cannot start; fix the policy, or set annotation %s to release the object", pkey, AnnotationAbandon))
+		r.events.emit(ctx, targetRef(key, obj), nil, key.Namespace, pipeline.Eventf(true, v1alpha1.ReasonPolicyInvalid,
+			"%s is invalid, so the teardown cannot start; fix the policy, or set annotation %s to release the object", pkey, v1alpha1.AnnotationAbandon))
 		return reconcile.Result{RequeueAfter: time.Minute}, nil
 	case p.Pipeline == nil:
-		return reconcile.Result{}, r.releaseWithoutRun(ctx, key, obj, finalizer, eventf(true, ReasonPolicyGone,
+		return reconcile.Result{}, r.releaseWithoutRun(ctx, key, obj, finalizer, pipeline.Eventf(true, v1alpha1.ReasonPolicyGone,
 			"%s is being deleted and is invalid: nothing to run, finalizer removed", pkey))
 	case p.Suspended:
-		return reconcile.Result{}, r.releaseWithoutRun(ctx, key, obj, finalizer, eventf(false, ReasonAbandoned,
+		return reconcile.Result{}, r.releaseWithoutRun(ctx, key, obj, finalizer, pipeline.Eventf(false, v1alpha1.ReasonAbandoned,
 			"%s is suspended: finalizer removed without a run", pkey))
 	}
 	return reconcile.Result{}, r.createRun(ctx, key, obj, p)
 }
 
-func (r *targetReconciler) releaseWithoutRun(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, finalizer string, ev runEvent) error {
+func (r *targetReconciler) releaseWithoutRun(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, finalizer string, ev pipeline.Event) error {
 	if _, err := r.removeFinalizer(ctx, key.GVK, key.Namespace, key.Name, obj.UID, finalizer); err != nil {
 		return err
 	}
@@ -275,32 +235,7 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 	if err != nil {
 		return err
 	}
-	run := &v1alpha1.TeardownRun{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:       naming.RunName(p.Key.Kind, p.Key.Namespace, p.Key.Name, key.Name, obj.UID),
-			Namespace:  key.Namespace,
-			Finalizers: []string{FinalizerRun},
-			Labels: map[string]string{
-				LabelPolicyKind:      p.Key.Kind,
-				LabelPolicy:          naming.LabelValue(p.Key.Name),
-				LabelTargetUID:       string(obj.UID),
-				LabelTargetKind:      naming.LabelValue(key.GVK.Kind),
-				LabelTargetName:      naming.LabelValue(key.Name),
-				LabelTargetNamespace: key.Namespace,
-			},
-		},
-		Spec: v1alpha1.TeardownRunSpec{
-			PolicyRef: v1alpha1.PolicyReference{Kind: p.Key.Kind, Namespace: p.Key.Namespace, Name: p.Key.Name, UID: p.UID, Generation: p.Generation},
-			Target: v1alpha1.TargetObjectReference{APIVersion: key.GVK.GroupVersion().String(), Kind: key.GVK.Kind,
-				Namespace: key.Namespace, Name: key.Name, UID: obj.UID},
-			Finalizer: p.Finalizer,
-			Pipeline:  *p.Spec.Pipeline.DeepCopy(),
-			Object:    runtime.RawExtension{Raw: snapshot},
-		},
-	}
-	if p.Key.Namespaced() {
-		run.Labels[LabelPolicyNamespace] = p.Key.Namespace
-	}
+	run := newRun(key, obj.UID, p, snapshot)
 	if key.Namespace == "" || r.namespaceTerminating(ctx, key.Namespace) {
 		// A run may already exist in the target's namespace from before its deletion began.
 		if key.Namespace != "" {
@@ -323,11 +258,42 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 	case err != nil:
 		return fmt.Errorf("creating run for %s: %w", key, err)
 	default:
-		r.events.emit(ctx, targetRef(key, obj), run, key.Namespace, eventf(false, ReasonRunCreated,
+		r.events.emit(ctx, targetRef(key, obj), run, key.Namespace, pipeline.Eventf(false, v1alpha1.ReasonRunCreated,
 			"Deletion held by %s until TeardownRun %s/%s completes", p.Key, run.Namespace, run.Name))
 	}
 	r.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
 	return nil
+}
+
+// newRun is the run of policy p for the deletion of the object key (uid), with its snapshot.
+func newRun(key TargetKey, uid types.UID, p *policy.Compiled, snapshot []byte) *v1alpha1.TeardownRun {
+	run := &v1alpha1.TeardownRun{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:       naming.RunName(p.Key.Kind, p.Key.Namespace, p.Key.Name, key.Name, uid),
+			Namespace:  key.Namespace,
+			Finalizers: []string{v1alpha1.FinalizerRun},
+			Labels: map[string]string{
+				v1alpha1.LabelPolicyKind:      p.Key.Kind,
+				v1alpha1.LabelPolicy:          naming.LabelValue(p.Key.Name),
+				v1alpha1.LabelTargetUID:       string(uid),
+				v1alpha1.LabelTargetKind:      naming.LabelValue(key.GVK.Kind),
+				v1alpha1.LabelTargetName:      naming.LabelValue(key.Name),
+				v1alpha1.LabelTargetNamespace: key.Namespace,
+			},
+		},
+		Spec: v1alpha1.TeardownRunSpec{
+			PolicyRef: v1alpha1.PolicyReference{Kind: p.Key.Kind, Namespace: p.Key.Namespace, Name: p.Key.Name, UID: p.UID, Generation: p.Generation},
+			Target: v1alpha1.TargetObjectReference{APIVersion: key.GVK.GroupVersion().String(), Kind: key.GVK.Kind,
+				Namespace: key.Namespace, Name: key.Name, UID: uid},
+			Finalizer: p.Finalizer,
+			Pipeline:  *p.Spec.Pipeline.DeepCopy(),
+			Object:    runtime.RawExtension{Raw: snapshot},
+		},
+	}
+	if p.Key.Namespaced() {
+		run.Labels[v1alpha1.LabelPolicyNamespace] = p.Key.Namespace
+	}
+	return run
 }
 
 // readFull reads the whole object from the API server; nil means it is gone.

@@ -10,12 +10,15 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine/expr"
+	"github.com/teardown-dev/teardown-operator/internal/expr"
 )
 
 // Kind is one kind of step. Implementations are stateless and safe for concurrent use.
@@ -124,6 +127,28 @@ type WatchTarget struct {
 	Namespace string
 }
 
+// Factory builds a step kind from what the engine gives kinds.
+type Factory func(Deps) Kind
+
+// Deps are what step kinds may use of the running operator.
+type Deps struct {
+	// Client reads from the operator's cache (what it watches: a kind's Owns objects) and writes.
+	Client client.Client
+	// Reader reads from the API server, bypassing the cache (for objects the operator does not
+	// watch, such as Secrets).
+	Reader client.Reader
+	// Mapper answers from discovery which kinds the cluster serves, and their scope.
+	Mapper meta.RESTMapper
+	// Wake queues a run for a reconcile now, for a step whose work finished outside a reconcile
+	// (an HTTP response that came after the reconcile stopped waiting for it).
+	Wake func(run types.NamespacedName)
+	// Config is the manager's REST config, for clients the controller-runtime client cannot
+	// replace (pod logs).
+	Config *rest.Config
+	// NamespaceTerminating reports whether a namespace is being deleted, from the cache.
+	NamespaceTerminating func(ctx context.Context, namespace string) bool
+}
+
 // Registry holds the kinds the engine knows.
 type Registry []Kind
 
@@ -171,24 +196,9 @@ func Fail(retryable bool, format string, args ...any) Result {
 	return Result{Outcome: Failed, Retryable: retryable, Message: fmt.Sprintf(format, args...)}
 }
 
-// Labels a step puts on the objects it creates for a run, so that the engine can route their
-// changes to the run and the objects can be found by run.
-const (
-	// LabelRun is the run's name.
-	LabelRun = "teardown.dev/run"
-	// LabelRunNamespace is the run's namespace.
-	LabelRunNamespace = "teardown.dev/run-namespace"
-	// LabelRunUID is the run's UID; the engine caches only owned objects that carry it.
-	LabelRunUID = "teardown.dev/run-uid"
-	// LabelStep is the step's name.
-	LabelStep = "teardown.dev/step"
-	// LabelAttempt is the attempt that created the object.
-	LabelAttempt = "teardown.dev/attempt"
-)
-
 // Owner is implemented by kinds whose steps create objects for their runs (Jobs, for the job
-// kind). The engine watches objects of the returned types that carry LabelRunUID, and a change to
-// one executes the run named by its LabelRun and LabelRunNamespace labels at once.
+// kind). The engine watches objects of the returned types that carry v1alpha1.LabelRunUID, and a change to
+// one executes the run named by its v1alpha1.LabelRun and v1alpha1.LabelRunNamespace labels at once.
 type Owner interface {
 	Owns() []client.Object
 	// ReleaseRun lets go of everything the kind's steps made for a finished run: what still runs
@@ -213,3 +223,15 @@ type Releaser interface {
 type Settler interface {
 	Settled(ctx context.Context, in *Input, deadline time.Time) (Result, bool)
 }
+
+// ActionFunc adapts a function to an Action: scripted actions for tests and offline runs.
+type ActionFunc func(ctx context.Context, in *Input) Result
+
+// Execute implements Action.
+func (f ActionFunc) Execute(ctx context.Context, in *Input) Result { return f(ctx, in) }
+
+// Nop is an Action that succeeds at once, doing nothing.
+type Nop struct{}
+
+// Execute implements Action.
+func (Nop) Execute(context.Context, *Input) Result { return Done("nothing to do") }

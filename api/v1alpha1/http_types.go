@@ -58,9 +58,10 @@ type HTTPStep struct {
 	TLS *HTTPTLS `json:"tls,omitempty"`
 
 	// successCondition is a CEL condition over `response` (status, headers, body), `object`,
-	// `steps` and `run`. `response.body` is the parsed value when the response is JSON, else a
-	// string; `response.headers` maps lower-case names to values. Defaults to any 2xx status.
-	// Example: "response.status in [200, 204, 404]".
+	// `steps` (earlier steps) and `run`. `response` is typed: `status` is an int, `headers` maps
+	// lower-case names to string values, `body` is the parsed value when the response is JSON, else
+	// a string; a type error such as "response.status == 'ok'" makes the policy not Ready.
+	// Defaults to any 2xx status. Example: "response.status in [200, 204, 404]".
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	SuccessCondition string `json:"successCondition,omitempty"`
@@ -68,7 +69,8 @@ type HTTPStep struct {
 	// outputs maps a name to a CEL expression over `response` (and `object`, `steps`, `run`),
 	// evaluated when the step succeeds. The values are kept in the run's status, also after the
 	// target is gone, and later steps read them as `steps.<step>.outputs.<name>`.
-	// Example: {"snapshotID": "response.body.id"}. Names are CEL identifiers; at most 16.
+	// Example: {"snapshotID": "response.body.id"}. Names are CEL identifiers; at most 16. A later
+	// step's reference to a name not declared here makes the policy not Ready.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=16
 	Outputs map[string]Expression `json:"outputs,omitempty"`

@@ -22,11 +22,12 @@ type JobStep struct {
 	// +required
 	Template JobTemplate `json:"template"`
 
-	// successCondition is a CEL condition over `job` (the Job object: metadata, spec, status),
-	// `object`, `steps` and `run`, checked whenever the Job changes. When it holds, the step
-	// succeeds, even before the Job completes. A Job that completes while it is false fails the
-	// attempt; a Job that fails always fails the attempt. By default the step succeeds when the
-	// Job completes. Example: "job.status.succeeded >= 2".
+	// successCondition is a CEL condition over `job` (the Job object: metadata, spec, status,
+	// type-checked as a batch/v1 Job), `object`, `steps` (earlier steps) and `run`, checked
+	// whenever the Job changes. When it holds, the step succeeds, even before the Job completes. A
+	// Job that completes while it is false fails the attempt; a Job that fails always fails the
+	// attempt. By default the step succeeds when the Job completes. Status counts are absent until
+	// set, so read them with a default. Example: "job.?status.?succeeded.orValue(0) >= 2".
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	SuccessCondition string `json:"successCondition,omitempty"`

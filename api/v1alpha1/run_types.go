@@ -134,6 +134,10 @@ type RunRetry struct {
 	Time metav1.Time `json:"time"`
 	// requestedBy is the teardown.dev/retry annotation's value and the field manager that set it.
 	RequestedBy string `json:"requestedBy"`
+	// requestedAt is when the annotation was set (from the run's managed fields): a request is
+	// acted on once.
+	// +optional
+	RequestedAt *metav1.Time `json:"requestedAt,omitempty"`
 	// fromStep is the step the pipeline resumed at.
 	FromStep string `json:"fromStep"`
 	// failure is what the run had failed with.

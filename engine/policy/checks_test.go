@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine/expr"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/internal/expr"
 	"github.com/teardown-dev/teardown-operator/steps"
 	"github.com/teardown-dev/teardown-operator/steps/httpstep"
 	"github.com/teardown-dev/teardown-operator/steps/jobstep"
@@ -125,13 +125,13 @@ func TestCompileCatchesBeforeDeletion(t *testing.T) {
 			[]string{"wait step w has no outputs"}},
 		{"job outputs are known", namespaced("ConfigMap", jobStep("dump", "", ""), httpStep("b", nil, "steps.dump.outputs.jobName != ''")), nil},
 		{"step entry field misspelt", namespaced("ConfigMap", snap, httpStep("b", nil, "steps.snap.phse == 'Succeeded'")),
-			[]string{"undefined field 'phse'"}},
+			[]string{`steps.snap.phse: a step has no field "phse" (it has: phase, message, outputs)`}},
 		{"hyphenated step by index", namespaced("ConfigMap", httpStep("export-db", map[string]string{"id": "response.body"}, ""),
 			httpStep("b", nil, "steps['export-db'].outputs.id != ''")), nil},
 		{"interpolated string reads a later step", namespaced("ConfigMap", v1alpha1.Step{Name: "a", HTTP: &v1alpha1.HTTPStep{URL: "https://x.example/${steps.b.outputs.id}"}}, snap),
 			[]string{"spec.steps[0].http.url", "steps.b: the policy has no step"}},
 		{"run field misspelt", namespaced("ConfigMap", v1alpha1.Step{Name: "w", When: "run.atempt > 1", Wait: &v1alpha1.WaitStep{Duration: &metav1.Duration{}}}),
-			[]string{"spec.steps[0].when", "undefined field 'atempt'"}},
+			[]string{"spec.steps[0].when", `run.atempt: run has no field "atempt"`}},
 		{"lookup of a cluster-scoped kind", namespaced("ConfigMap", waitUntil("w", "size(nodes) == 0", v1alpha1.Lookup{Name: "nodes", APIVersion: "v1", Kind: "Node"})),
 			[]string{"spec.steps[0].wait.lookups[0].kind: Forbidden: Node is cluster-scoped"}},
 		{"lookup of a namespaced kind", namespaced("ConfigMap", waitUntil("w", "size(pods) == 0", v1alpha1.Lookup{Name: "pods", APIVersion: "v1", Kind: "Pod"})), nil},
@@ -170,5 +170,26 @@ func TestMatchCannotReadSteps(t *testing.T) {
 	got := compileView(t, v)
 	if !strings.Contains(got, "spec.match") || !strings.Contains(got, "match is evaluated before any step runs") {
 		t.Errorf("error = %q", got)
+	}
+}
+
+// A run's pipeline was valid when its policy compiled: checks added since must not fail the run.
+func TestRunPipelineCompiledLeniently(t *testing.T) {
+	c := fullCompiler(t)
+	run := &v1alpha1.TeardownRun{Spec: v1alpha1.TeardownRunSpec{
+		PolicyRef: v1alpha1.PolicyReference{Kind: policy.KindCluster, Name: "p", UID: "u", Generation: 1},
+		Target:    v1alpha1.TargetObjectReference{APIVersion: "v1", Kind: "Namespace", Name: "n"},
+		Pipeline: v1alpha1.Pipeline{Steps: []v1alpha1.Step{
+			httpStep("a", nil, "response.status == 200.0 && steps.b.phase == 'Pending'"),
+			jobStep("b", "", "job.status.succeded > 0"),
+		}},
+	}}
+	if _, err := c.PipelineForRun(run); err != nil {
+		t.Fatalf("PipelineForRun: %v", err)
+	}
+	run.Spec.PolicyRef.Generation = 2
+	run.Spec.Pipeline.Steps[0].When = "(" // still refused: it never compiled
+	if _, err := c.PipelineForRun(run); err == nil || !strings.Contains(err.Error(), "spec.pipeline.steps[0].when") {
+		t.Errorf("a syntax error: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -18,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine/expr"
-	"github.com/teardown-dev/teardown-operator/engine/naming"
+	"github.com/teardown-dev/teardown-operator/internal/expr"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -115,7 +116,7 @@ func (c *Compiled) InScope(ns string) bool {
 // run (a job step's Jobs and their pods) are never targets: a policy on Jobs or Pods would
 // otherwise hold its own teardown work, and start teardowns of it.
 func (c *Compiled) Selects(objLabels, nsLabels map[string]string, namespaced bool) bool {
-	if _, made := objLabels[steps.LabelRunUID]; made {
+	if _, made := objLabels[v1alpha1.LabelRunUID]; made {
 		return false
 	}
 	if !c.Selector.Matches(labels.Set(objLabels)) {
@@ -225,10 +226,20 @@ func (c *Compiler) PipelineForRun(run *v1alpha1.TeardownRun) (*Pipeline, error) 
 	gv, _ := schema.ParseGroupVersion(run.Spec.Target.APIVersion)
 	p, errs := c.compilePipeline(&run.Spec.Pipeline, ns, gv.WithKind(run.Spec.Target.Kind), field.NewPath("spec", "pipeline"))
 	if len(errs) > 0 {
-		return nil, errs.ToAggregate()
+		// A run copied its pipeline from a policy that compiled then: checks added since (typed
+		// variables, step references, discovery) must not fail its teardown in flight.
+		var lerrs field.ErrorList
+		if p, lerrs = c.lenient().compilePipeline(&run.Spec.Pipeline, ns, schema.GroupVersionKind{}, field.NewPath("spec", "pipeline")); len(lerrs) > 0 {
+			return nil, errs.ToAggregate()
+		}
 	}
 	c.store(key, p)
 	return p, nil
+}
+
+// lenient is the compiler with untyped expressions and no discovery.
+func (c *Compiler) lenient() *Compiler {
+	return &Compiler{env: c.env.Untyped(), kinds: c.kinds}
 }
 
 func (c *Compiler) store(key pipelineKey, p *Pipeline) {
@@ -357,6 +368,22 @@ func managerOf(obj client.Object, path ...string) string {
 
 // ManagerOf is managerOf for callers outside the package (the target's break-glass annotation).
 func ManagerOf(obj client.Object, path ...string) string { return managerOf(obj, path...) }
+
+// ManagedTime returns when the field at path was last set, from obj's managed fields; nil if
+// unknown.
+func ManagedTime(obj client.Object, path ...string) *metav1.Time {
+	for _, mf := range obj.GetManagedFields() {
+		if mf.FieldsV1 == nil {
+			continue
+		}
+		raw := mf.FieldsV1.GetRawString()
+		if slices.ContainsFunc(path, func(p string) bool { return !strings.Contains(raw, `"`+p+`"`) }) {
+			continue
+		}
+		return mf.Time
+	}
+	return nil
+}
 
 // Registry holds the compiled policies, indexed by target kind. It is safe for concurrent use.
 type Registry struct {

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/teardown-dev/teardown-operator/engine"
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/steps"
 	"github.com/teardown-dev/teardown-operator/steps/httpstep"
 	"github.com/teardown-dev/teardown-operator/steps/jobstep"
@@ -26,11 +26,11 @@ type Options struct {
 }
 
 // Kinds returns a factory for every built-in step kind.
-func Kinds(opts Options) []engine.KindFactory {
-	return []engine.KindFactory{
-		func(d engine.Deps) steps.Kind { return wait.New(d.Lister) },
-		func(d engine.Deps) steps.Kind { return httpstep.New(d.Reader, d.Wake, opts.HTTP) },
-		func(d engine.Deps) steps.Kind {
+func Kinds(opts Options) []steps.Factory {
+	return []steps.Factory{
+		func(d steps.Deps) steps.Kind { return wait.New(wait.NewAPILister(d.Reader, d.Mapper)) },
+		func(d steps.Deps) steps.Kind { return httpstep.New(d.Reader, d.Wake, opts.HTTP) },
+		func(d steps.Deps) steps.Kind {
 			logs, err := jobstep.NewLogReader(d.Config)
 			if err != nil {
 				logs = noLogs{err}
@@ -43,7 +43,7 @@ func Kinds(opts Options) []engine.KindFactory {
 // CacheOptions are the manager's cache options the built-in kinds need: the engine watches the
 // Jobs that job steps create, and only those (by their run label), not every Job in the cluster.
 func CacheOptions() cache.Options {
-	owned, err := labels.NewRequirement(steps.LabelRunUID, selection.Exists, nil)
+	owned, err := labels.NewRequirement(v1alpha1.LabelRunUID, selection.Exists, nil)
 	if err != nil {
 		panic(err) // a constant label key
 	}

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine/expr"
+	"github.com/teardown-dev/teardown-operator/internal/expr"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -707,7 +707,7 @@ func TestIdempotencyKey(t *testing.T) {
 	if len(keys) != 6 {
 		t.Fatalf("server saw %d requests, want 6", len(keys))
 	}
-	want := IdempotencyKey("uid-a", "first")
+	want := IdempotencyKey("uid-a", "first", 0)
 	if want != "uid-a-first" {
 		t.Errorf("IdempotencyKey = %q", want)
 	}
@@ -716,14 +716,22 @@ func TestIdempotencyKey(t *testing.T) {
 			t.Errorf("request %d has key %q, want %q", i, keys[i], want)
 		}
 	}
-	if keys[3] == want || keys[3] != IdempotencyKey("uid-a", "second") {
+	if keys[3] == want || keys[3] != IdempotencyKey("uid-a", "second", 0) {
 		t.Errorf("another step has key %q", keys[3])
 	}
-	if keys[4] == want || keys[4] != IdempotencyKey("uid-b", "first") {
+	if keys[4] == want || keys[4] != IdempotencyKey("uid-b", "first", 0) {
 		t.Errorf("another run has key %q", keys[4])
 	}
 	if keys[5] != "mine-db" {
 		t.Errorf("a step's own Idempotency-Key was replaced by %q", keys[5])
+	}
+	// A retry of the run after a failure was fixed gets a key of its own.
+	retried := newRun("uid-a")
+	retried.Status.Retries = 2
+	wantResult(t, newStepRun(t, h.compile("first", false, spec), retried, false, nil).execNow(), steps.Failed, true)
+	seen := srv.seen()
+	if got := seen[len(seen)-1].header.Get(HeaderIdempotencyKey); got != "uid-a-first-r2" || got != IdempotencyKey("uid-a", "first", 2) {
+		t.Errorf("after 2 retries of the run, the key is %q, want uid-a-first-r2", got)
 	}
 }
 

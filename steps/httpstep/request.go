@@ -18,7 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/teardown-dev/teardown-operator/engine/expr"
+	"github.com/teardown-dev/teardown-operator/internal/expr"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -49,7 +49,7 @@ func (a *action) prepare(ctx context.Context, in *steps.Input) (*request, *steps
 		req.header.Set(h.name, v)
 	}
 	if req.header.Get(HeaderIdempotencyKey) == "" {
-		req.header.Set(HeaderIdempotencyKey, IdempotencyKey(string(in.Run.UID), a.step))
+		req.header.Set(HeaderIdempotencyKey, IdempotencyKey(string(in.Run.UID), a.step, in.Run.Status.Retries))
 	}
 	if req.header.Get("User-Agent") == "" {
 		req.header.Set("User-Agent", a.kind.userAgent)
@@ -95,7 +95,16 @@ func withoutPassword(raw string) string {
 
 // IdempotencyKey is the Idempotency-Key of every request of one step of one run: the same
 // across retries, polls and operator restarts.
-func IdempotencyKey(runUID, step string) string { return runUID + "-" + step }
+//
+// A retry of the run asked for after a failure (teardown.dev/retry) gets a new key: the failure
+// was looked at and its cause fixed, and an API that stores its answer per key would otherwise
+// answer the new request with the stored failure.
+func IdempotencyKey(runUID, step string, retries int32) string {
+	if retries > 0 {
+		return fmt.Sprintf("%s-%s-r%d", runUID, step, retries)
+	}
+	return runUID + "-" + step
+}
 
 func (a *action) readTLS(ctx context.Context, in *steps.Input) (*tlsMaterial, *steps.Result) {
 	m := &tlsMaterial{}

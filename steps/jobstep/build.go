@@ -16,8 +16,8 @@ import (
 	sigsjson "sigs.k8s.io/json"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine/expr"
-	"github.com/teardown-dev/teardown-operator/engine/naming"
+	"github.com/teardown-dev/teardown-operator/internal/expr"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -166,11 +166,11 @@ func ownLabels(run *v1alpha1.TeardownRun, step string, attempt int32) map[string
 			out[k] = v
 		}
 	}
-	out[steps.LabelRun] = run.Name
-	out[steps.LabelRunNamespace] = run.Namespace
-	out[steps.LabelRunUID] = string(run.UID)
-	out[steps.LabelStep] = step
-	out[steps.LabelAttempt] = strconv.Itoa(int(attempt))
+	out[v1alpha1.LabelRun] = run.Name
+	out[v1alpha1.LabelRunNamespace] = run.Namespace
+	out[v1alpha1.LabelRunUID] = string(run.UID)
+	out[v1alpha1.LabelStep] = step
+	out[v1alpha1.LabelAttempt] = strconv.Itoa(int(attempt))
 	return out
 }
 
@@ -210,5 +210,5 @@ func withEnv(own, ours []corev1.EnvVar) []corev1.EnvVar {
 // ours reports whether job was created by this run for this step and attempt.
 func ours(job *batchv1.Job, run *v1alpha1.TeardownRun, step string, attempt int32) bool {
 	l := job.Labels
-	return l[steps.LabelRunUID] == string(run.UID) && l[steps.LabelStep] == step && l[steps.LabelAttempt] == strconv.Itoa(int(attempt))
+	return l[v1alpha1.LabelRunUID] == string(run.UID) && l[v1alpha1.LabelStep] == step && l[v1alpha1.LabelAttempt] == strconv.Itoa(int(attempt))
 }

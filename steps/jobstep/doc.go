@@ -6,7 +6,7 @@
 // (AlreadyExists) and adopts it when its labels name this run, step and attempt; a same-named Job
 // made by anyone else, or a Job that replaced the recorded one, is never taken for the step's.
 //
-// Jobs carry the steps.LabelRun* labels, and the engine watches labelled Jobs, so a Job's change
+// Jobs carry the v1alpha1.LabelRun* labels, and the engine watches labelled Jobs, so a Job's change
 // executes its run at once; the step looks again on an interval only as a safety net.
 //
 // A finished Job is kept while the run needs it: the step first records the outcome (with the

@@ -97,7 +97,7 @@ func (a *action) create(ctx context.Context, in *steps.Input, st state) steps.Re
 		}
 		if !ours(live, in.Run, a.step, st.attempt) {
 			return steps.Fail(false, "a Job named %s already exists and was not created by attempt %d of this step (its labels %s=%q, %s=%q); delete it to let the step run",
-				st.ref(), st.attempt, steps.LabelRunUID, live.Labels[steps.LabelRunUID], steps.LabelAttempt, live.Labels[steps.LabelAttempt])
+				st.ref(), st.attempt, v1alpha1.LabelRunUID, live.Labels[v1alpha1.LabelRunUID], v1alpha1.LabelAttempt, live.Labels[v1alpha1.LabelAttempt])
 		}
 		job = live
 		msg = fmt.Sprintf("Job %s adopted (this step created it before the operator restarted); waiting for it to finish", st.ref())
@@ -246,7 +246,7 @@ func (a *action) Release(ctx context.Context, in *steps.Input) {
 // runs, else given its TTL. Jobs already let go cost nothing but the lookup in the cache.
 func (k *Kind) ReleaseRun(ctx context.Context, run *v1alpha1.TeardownRun) error {
 	var jobs batchv1.JobList
-	if err := k.client.List(ctx, &jobs, client.MatchingLabels{steps.LabelRunUID: string(run.UID)}); err != nil {
+	if err := k.client.List(ctx, &jobs, client.MatchingLabels{v1alpha1.LabelRunUID: string(run.UID)}); err != nil {
 		return fmt.Errorf("listing the run's Jobs: %w", err)
 	}
 	var errs []error

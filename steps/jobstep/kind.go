@@ -18,8 +18,8 @@ import (
 	sigsjson "sigs.k8s.io/json"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine/expr"
-	"github.com/teardown-dev/teardown-operator/engine/naming"
+	"github.com/teardown-dev/teardown-operator/internal/expr"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -66,7 +66,7 @@ type Kind struct {
 
 // New returns the job kind. c reads Jobs from the cache (the engine watches the labelled ones)
 // and writes; reader reads from the API server; logs reads failed pods' logs; terminating tells
-// whether a namespace is being deleted (engine.Deps.NamespaceTerminating).
+// whether a namespace is being deleted (steps.Deps.NamespaceTerminating).
 func New(c client.Client, reader client.Reader, logs LogReader, terminating func(context.Context, string) bool, opts Options) *Kind {
 	if opts.Recheck <= 0 {
 		opts.Recheck = DefaultRecheck

@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine/expr"
-	"github.com/teardown-dev/teardown-operator/engine/naming"
+	"github.com/teardown-dev/teardown-operator/internal/expr"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -588,12 +588,12 @@ func TestBuildJob(t *testing.T) {
 		t.Errorf("name %q, want %q", got.Name, want)
 	}
 	own := map[string]string{
-		steps.LabelRun:          runName,
-		steps.LabelRunNamespace: runNS,
-		steps.LabelRunUID:       string(runUID),
-		steps.LabelStep:         stepName,
-		steps.LabelAttempt:      "2",
-		"teardown.dev/policy":   "x",
+		v1alpha1.LabelRun:          runName,
+		v1alpha1.LabelRunNamespace: runNS,
+		v1alpha1.LabelRunUID:       string(runUID),
+		v1alpha1.LabelStep:         stepName,
+		v1alpha1.LabelAttempt:      "2",
+		"teardown.dev/policy":      "x",
 	}
 	wantJobLabels := map[string]string{"tier": "gold", "app": "dump"}
 	wantPodLabels := map[string]string{"app": "dump-db"}
@@ -683,8 +683,8 @@ func TestBuildIndependentAttempts(t *testing.T) {
 	if second.Name != naming.JobName(runName, stepName, 3) || second.Name == first.Name {
 		t.Errorf("second attempt named %q (first %q), want %q", second.Name, first.Name, naming.JobName(runName, stepName, 3))
 	}
-	if second.Labels[steps.LabelAttempt] != "3" || second.Spec.Template.Labels[steps.LabelAttempt] != "3" {
-		t.Errorf("second attempt labelled attempt %q / %q, want 3", second.Labels[steps.LabelAttempt], second.Spec.Template.Labels[steps.LabelAttempt])
+	if second.Labels[v1alpha1.LabelAttempt] != "3" || second.Spec.Template.Labels[v1alpha1.LabelAttempt] != "3" {
+		t.Errorf("second attempt labelled attempt %q / %q, want 3", second.Labels[v1alpha1.LabelAttempt], second.Spec.Template.Labels[v1alpha1.LabelAttempt])
 	}
 	if second.Spec.Template.Labels["app"] != "x" || second.Spec.Template.Spec.Containers[0].Image != "busybox" {
 		t.Errorf("second attempt shares values with the first: %v %q", second.Spec.Template.Labels, second.Spec.Template.Spec.Containers[0].Image)
@@ -1139,7 +1139,7 @@ func TestWithEnv(t *testing.T) {
 func TestOurs(t *testing.T) {
 	run := testRun(targetNS)
 	labels := func(uid, step, attempt string) map[string]string {
-		return map[string]string{steps.LabelRunUID: uid, steps.LabelStep: step, steps.LabelAttempt: attempt, steps.LabelRun: runName}
+		return map[string]string{v1alpha1.LabelRunUID: uid, v1alpha1.LabelStep: step, v1alpha1.LabelAttempt: attempt, v1alpha1.LabelRun: runName}
 	}
 	tests := []struct {
 		name   string

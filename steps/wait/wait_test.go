@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine/expr"
+	"github.com/teardown-dev/teardown-operator/internal/expr"
 	"github.com/teardown-dev/teardown-operator/steps"
 	"github.com/teardown-dev/teardown-operator/steps/wait"
 )

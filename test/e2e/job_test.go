@@ -21,8 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine"
-	"github.com/teardown-dev/teardown-operator/steps"
 	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
@@ -98,7 +96,7 @@ var _ = Describe("Job steps on a real control plane", func() {
 
 		By("breaking glass releases it")
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
-		cm.Annotations = map[string]string{engine.AnnotationAbandon: "e2e: dump checked by hand"}
+		cm.Annotations = map[string]string{v1alpha1.AnnotationAbandon: "e2e: dump checked by hand"}
 		Expect(k8s.Update(ctx, cm)).To(Succeed())
 		Eventually(probe.Gone(ctx, cm), 30*time.Second).Should(BeTrue())
 		Expect(k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
@@ -128,7 +126,7 @@ var _ = Describe("Job steps on a real control plane", func() {
 		Eventually(probe.Gone(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: doomed}}), 3*time.Minute, time.Second).Should(BeTrue())
 
 		var runs v1alpha1.TeardownRunList
-		Expect(k8s.List(ctx, &runs, client.InNamespace(runNamespace), client.MatchingLabels{engine.LabelTargetNamespace: doomed})).To(Succeed())
+		Expect(k8s.List(ctx, &runs, client.InNamespace(runNamespace), client.MatchingLabels{v1alpha1.LabelTargetNamespace: doomed})).To(Succeed())
 		Expect(runs.Items).To(HaveLen(n))
 		for _, r := range runs.Items {
 			Expect(r.Status.Phase).To(Equal(v1alpha1.RunSucceeded), "run %s: %s", r.Name, r.Status.Message)
@@ -137,10 +135,10 @@ var _ = Describe("Job steps on a real control plane", func() {
 			Expect(string(ss.Outputs["jobNamespace"].Raw)).To(Equal(`"` + jobs + `"`))
 		}
 		var made batchv1.JobList
-		Expect(k8s.List(ctx, &made, client.InNamespace(jobs), client.MatchingLabels{engine.LabelTargetNamespace: doomed})).To(Succeed())
+		Expect(k8s.List(ctx, &made, client.InNamespace(jobs), client.MatchingLabels{v1alpha1.LabelTargetNamespace: doomed})).To(Succeed())
 		Expect(made.Items).To(HaveLen(n), "one Job per target, in the Jobs' namespace")
 		for _, j := range made.Items {
-			Expect(j.Labels).To(HaveKeyWithValue(steps.LabelRunNamespace, runNamespace))
+			Expect(j.Labels).To(HaveKeyWithValue(v1alpha1.LabelRunNamespace, runNamespace))
 			Expect(j.OwnerReferences).To(BeEmpty(), "no owner reference across namespaces")
 			Expect(j.Spec.TTLSecondsAfterFinished).To(HaveValue(Equal(int32(3600))))
 			Expect(j.Spec.Template.Spec.Containers[0].Command[1]).To(HavePrefix(doomed + "/db-"))

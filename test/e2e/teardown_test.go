@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine"
 	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
@@ -49,7 +48,7 @@ var _ = Describe("Teardown on a real control plane", func() {
 		Eventually(probe.Gone(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}), 3*time.Minute, time.Second).Should(BeTrue())
 
 		var runs v1alpha1.TeardownRunList
-		Expect(k8s.List(ctx, &runs, client.InNamespace(runNamespace), client.MatchingLabels{engine.LabelTargetNamespace: ns})).To(Succeed())
+		Expect(k8s.List(ctx, &runs, client.InNamespace(runNamespace), client.MatchingLabels{v1alpha1.LabelTargetNamespace: ns})).To(Succeed())
 		byTarget := map[string][]string{}
 		for _, r := range runs.Items {
 			byTarget[r.Spec.Target.Name] = append(byTarget[r.Spec.Target.Name], fmt.Sprintf("%s(%s: %s)", r.Name, r.Status.Phase, r.Status.Message))
@@ -63,7 +62,7 @@ var _ = Describe("Teardown on a real control plane", func() {
 			Expect(r.Status.Phase).To(Equal(v1alpha1.RunSucceeded), "run %s: %s", r.Name, r.Status.Message)
 			Expect(r.Status.Step("drain").Phase).To(Equal(v1alpha1.StepSucceeded))
 			Expect(r.Status.Step("snapshot").Phase).To(Equal(v1alpha1.StepSucceeded))
-			Expect(r.Finalizers).NotTo(ContainElement(engine.FinalizerRun))
+			Expect(r.Finalizers).NotTo(ContainElement(v1alpha1.FinalizerRun))
 		}
 	})
 

@@ -15,8 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine"
-	"github.com/teardown-dev/teardown-operator/engine/naming"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
 )
 
 // ConfigMap returns a small ConfigMap with data k=v.
@@ -89,7 +88,7 @@ func (p Probe) Gone(ctx context.Context, obj client.Object) func() bool {
 func (p Probe) RunFor(ctx context.Context, target client.Object) func() *v1alpha1.TeardownRun {
 	return func() *v1alpha1.TeardownRun {
 		var list v1alpha1.TeardownRunList
-		if err := p.Client.List(ctx, &list, client.MatchingLabels{engine.LabelTargetUID: string(target.GetUID())}); err != nil || len(list.Items) == 0 {
+		if err := p.Client.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelTargetUID: string(target.GetUID())}); err != nil || len(list.Items) == 0 {
 			return nil
 		}
 		return &list.Items[0]

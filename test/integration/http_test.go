@@ -198,7 +198,7 @@ var _ = Describe("HTTP steps", func() {
 			Expect(r.Header.Get("Authorization")).To(Equal(dbToken), "request %d", i)
 			Expect(r.Header.Values("Cookie")).To(BeEmpty())
 			key := r.Header.Get(httpstep.HeaderIdempotencyKey)
-			Expect(key).To(Equal(httpstep.IdempotencyKey(string(run.UID), steps[i])), "request %d", i)
+			Expect(key).To(Equal(httpstep.IdempotencyKey(string(run.UID), steps[i], 0)), "request %d", i)
 			keys[steps[i]] = key
 		}
 		Expect(keys).To(HaveLen(4), "one key per step, the same for every poll")
@@ -392,9 +392,10 @@ var _ = Describe("HTTP steps", func() {
 		Expect(string(run.Status.Step("echo").Outputs["auth"].Raw)).To(Equal(`"[redacted]"`))
 		Expect(run.Status.Step("reject").Message).To(And(ContainSubstring("403 Forbidden"), ContainSubstring("[redacted]")))
 		for _, obj := range []client.Object{run, cm} {
-			notes := strings.Join(probe().EventNotes(ctx, obj)(), "\n")
-			Expect(notes).To(ContainSubstring("403 Forbidden"))
-			Expect(notes).NotTo(Or(ContainSubstring("s3cr3t-value-123"), ContainSubstring("literal-token-456")))
+			// Events are recorded after the status write: wait for the failure's.
+			notes := func() string { return strings.Join(probe().EventNotes(ctx, obj)(), "\n") }
+			Eventually(notes, 5*time.Second).Should(ContainSubstring("403 Forbidden"))
+			Expect(notes()).NotTo(Or(ContainSubstring("s3cr3t-value-123"), ContainSubstring("literal-token-456")))
 		}
 	})
 

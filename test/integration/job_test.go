@@ -13,9 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine"
-	"github.com/teardown-dev/teardown-operator/engine/naming"
-	"github.com/teardown-dev/teardown-operator/steps"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
 	"github.com/teardown-dev/teardown-operator/steps/jobstep"
 	"github.com/teardown-dev/teardown-operator/test/framework"
 )
@@ -125,11 +123,11 @@ var _ = Describe("Job steps", func() {
 		Expect(j.Name).To(Equal(naming.JobName(run.Name, "dump", 1)))
 		Expect(j.Labels).To(And(
 			HaveKeyWithValue("team", "data"), HaveKeyWithValue("target", "orders"),
-			HaveKeyWithValue(steps.LabelRun, run.Name), HaveKeyWithValue(steps.LabelRunNamespace, ns),
-			HaveKeyWithValue(steps.LabelRunUID, string(run.UID)), HaveKeyWithValue(steps.LabelStep, "dump"),
-			HaveKeyWithValue(steps.LabelAttempt, "1"), HaveKeyWithValue(engine.LabelPolicy, "backup"),
-			HaveKeyWithValue(engine.LabelTargetUID, string(cm.UID))))
-		Expect(j.Spec.Template.Labels).To(HaveKeyWithValue(steps.LabelRunUID, string(run.UID)))
+			HaveKeyWithValue(v1alpha1.LabelRun, run.Name), HaveKeyWithValue(v1alpha1.LabelRunNamespace, ns),
+			HaveKeyWithValue(v1alpha1.LabelRunUID, string(run.UID)), HaveKeyWithValue(v1alpha1.LabelStep, "dump"),
+			HaveKeyWithValue(v1alpha1.LabelAttempt, "1"), HaveKeyWithValue(v1alpha1.LabelPolicy, "backup"),
+			HaveKeyWithValue(v1alpha1.LabelTargetUID, string(cm.UID))))
+		Expect(j.Spec.Template.Labels).To(HaveKeyWithValue(v1alpha1.LabelRunUID, string(run.UID)))
 		Expect(j.Annotations).To(HaveKeyWithValue("example.com/reason", "teardown of "+ns+"/orders"))
 		c := j.Spec.Template.Spec.Containers[0]
 		Expect(c.Command).To(Equal([]string{"sh", "-c", "pg_dump --table=v > /backup/${HOSTNAME}.sql"}), "interpolated, with $${ kept literal")
@@ -264,7 +262,7 @@ var _ = Describe("Job steps", func() {
 		second := jobOf(ctx, p, cm, "drain", 2)
 		Eventually(second, 10*time.Second).ShouldNot(BeNil(), "attempt 2 runs a new Job")
 		Expect(second().UID).NotTo(Equal(first().UID))
-		Expect(second().Labels).To(HaveKeyWithValue(steps.LabelAttempt, "2"))
+		Expect(second().Labels).To(HaveKeyWithValue(v1alpha1.LabelAttempt, "2"))
 		Expect(second().Spec.BackoffLimit).To(HaveValue(Equal(int32(0))), "the JobSpec's own backoffLimit stays the user's")
 		Expect(first().Spec.TTLSecondsAfterFinished).NotTo(BeNil(), "the failed attempt's Job may be cleaned up")
 		ss := stepOf(ctx, cm, "drain")
@@ -295,7 +293,7 @@ var _ = Describe("Job steps", func() {
 		stopOperator = startOperator()
 		Eventually(stepState(ctx, cm, "dump"), 10*time.Second).Should(HaveKeyWithValue("jobUID", string(created.UID)))
 		var jobs batchv1.JobList
-		Expect(k8s.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{steps.LabelRunUID: string(run.UID)})).To(Succeed())
+		Expect(k8s.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LabelRunUID: string(run.UID)})).To(Succeed())
 		Expect(jobs.Items).To(HaveLen(1), "no second Job")
 		finishJob(ctx, job(), true)
 		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
@@ -386,7 +384,7 @@ var _ = Describe("Job steps", func() {
 
 		By("breaking glass while the Job runs")
 		update(ctx, cm, func(c *corev1.ConfigMap) {
-			c.Annotations = map[string]string{engine.AnnotationAbandon: "ops: the database is already gone"}
+			c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: "ops: the database is already gone"}
 		})
 		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
 		Expect(runFor(ctx, cm)().Status.Phase).To(Equal(v1alpha1.RunAbandoned))
@@ -398,7 +396,7 @@ var _ = Describe("Job steps", func() {
 			}
 			return j.Spec.TTLSecondsAfterFinished
 		}, 5*time.Second).Should(HaveValue(Equal(int32(3600))), "the finished stray Job found by its run label may be cleaned up")
-		Eventually(func() []string { return runFor(ctx, cm)().Finalizers }, 5*time.Second).ShouldNot(ContainElement(engine.FinalizerRun))
+		Eventually(func() []string { return runFor(ctx, cm)().Finalizers }, 5*time.Second).ShouldNot(ContainElement(v1alpha1.FinalizerRun))
 		Expect(run.UID).To(Equal(runFor(ctx, cm)().UID))
 	})
 

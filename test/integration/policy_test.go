@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine"
 )
 
 var _ = Describe("Policies", func() {
@@ -62,7 +61,7 @@ var _ = Describe("Policies", func() {
 		p := namespacedPolicy(ns, "bad", waitStep("first", 0), v1alpha1.Step{Name: "second", When: "object.metadata.name ==", Wait: &v1alpha1.WaitStep{Duration: dur(0)}})
 		Expect(k8s.Create(ctx, p)).To(Succeed())
 		cond := expectReady(ctx, p, metav1.ConditionFalse)
-		Expect(cond.Reason).To(Equal(engine.ReasonInvalidSpec))
+		Expect(cond.Reason).To(Equal(v1alpha1.ReasonInvalidSpec))
 		Expect(cond.Message).To(ContainSubstring("spec.steps[1].when"))
 		cm := configMap(ns, "x", map[string]string{"app": "bad"})
 		Expect(k8s.Create(ctx, cm)).To(Succeed())
@@ -116,7 +115,7 @@ var _ = Describe("Policies", func() {
 		p.Spec.Selector = nil
 		Expect(k8s.Create(ctx, p)).To(Succeed())
 		cond := expectReady(ctx, p, metav1.ConditionFalse)
-		Expect(cond.Reason).To(Equal(engine.ReasonKindNotServed))
+		Expect(cond.Reason).To(Equal(v1alpha1.ReasonKindNotServed))
 		Expect(cond.Message).To(ContainSubstring("Widget"))
 
 		raw, err := os.ReadFile("testdata/widget-crd.yaml")
@@ -151,7 +150,7 @@ var _ = Describe("Policies", func() {
 			Lookups: []v1alpha1.Lookup{{Name: "nodes", APIVersion: "v1", Kind: "Node"}}}})
 		Expect(k8s.Create(ctx, p)).To(Succeed())
 		cond := expectReady(ctx, p, metav1.ConditionFalse)
-		Expect(cond.Reason).To(Equal(engine.ReasonInvalidSpec))
+		Expect(cond.Reason).To(Equal(v1alpha1.ReasonInvalidSpec))
 		Expect(cond.Message).To(ContainSubstring("spec.steps[0].wait.lookups[0].kind: Forbidden: Node is cluster-scoped"))
 
 		cp := &v1alpha1.ClusterTeardownPolicy{ObjectMeta: metav1.ObjectMeta{Name: "ns-job-" + ns}, Spec: v1alpha1.ClusterTeardownPolicySpec{
@@ -173,7 +172,7 @@ var _ = Describe("Policies", func() {
 		p.Spec.TargetRef = v1alpha1.TargetReference{APIVersion: "v1", Kind: "Namespace"}
 		Expect(k8s.Create(ctx, p)).To(Succeed())
 		cond := expectReady(ctx, p, metav1.ConditionFalse)
-		Expect(cond.Reason).To(Equal(engine.ReasonInvalidTarget))
+		Expect(cond.Reason).To(Equal(v1alpha1.ReasonInvalidTarget))
 	})
 
 	It("selects namespaces by label for a cluster policy, following label changes", func() {

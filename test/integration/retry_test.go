@@ -56,7 +56,7 @@ var _ = Describe("Retry after a failure", func() {
 		run := runFor(ctx, cm)()
 		Expect(run.Status.Message).To(And(HavePrefix("step export failed: "), ContainSubstring("403"), ContainSubstring("bucket policy denies the export")),
 			"the run's message carries the step's reason")
-		failedCond := condition(run, engine.ConditionFailed)
+		failedCond := condition(run, v1alpha1.ConditionFailed)
 		Expect(failedCond).NotTo(BeNil())
 		Expect(failedCond.Status).To(Equal(metav1.ConditionTrue))
 		Expect(failedCond.Reason).To(Equal("StepFailed"))
@@ -65,7 +65,7 @@ var _ = Describe("Retry after a failure", func() {
 
 		By("fixing the cause and asking for a retry on the run")
 		fixed.Store(true)
-		annotateRun(ctx, cm, engine.AnnotationRetry, "alice: fixed the bucket policy")
+		annotateRun(ctx, cm, v1alpha1.AnnotationRetry, "alice: fixed the bucket policy")
 		Eventually(gone(ctx, cm), 15*time.Second).Should(BeTrue())
 		run = runFor(ctx, cm)()
 		Expect(run.Status.Phase).To(Equal(v1alpha1.RunSucceeded))
@@ -80,11 +80,11 @@ var _ = Describe("Retry after a failure", func() {
 		Expect(export.Attempts).To(Equal(int32(2)), "attempt numbers go on from the failed one")
 		Expect(export.FirstAttempt).To(Equal(int32(2)))
 		Expect(run.Status.Step("after").Phase).To(Equal(v1alpha1.StepSucceeded))
-		Expect(condition(run, engine.ConditionFailed).Status).To(Equal(metav1.ConditionFalse))
-		Expect(run.Annotations).NotTo(HaveKey(engine.AnnotationRetry), "the request is removed once recorded")
+		Expect(condition(run, v1alpha1.ConditionFailed).Status).To(Equal(metav1.ConditionFalse))
+		Expect(run.Annotations).NotTo(HaveKey(v1alpha1.AnnotationRetry), "the request is removed once recorded")
 		Expect(api.calls(ns, "POST /"+ns+"/export")()).To(Equal(2))
 		Eventually(probe().EventNotes(ctx, run), 10*time.Second).Should(ContainElement(
-			And(HavePrefix(engine.ReasonRetried+": "), ContainSubstring("resuming at step export"))))
+			And(HavePrefix(v1alpha1.ReasonRetried+": "), ContainSubstring("resuming at step export"))))
 	})
 
 	It("refuses a retry of a run that has not failed, and says why", func() {
@@ -92,12 +92,12 @@ var _ = Describe("Retry after a failure", func() {
 		cm := protect(ctx, namespacedPolicy(ns, "busy", waitStep("hold", time.Hour)), "target")
 		Expect(k8s.Delete(ctx, cm)).To(Succeed())
 		Eventually(stepPhase(ctx, cm, "hold"), 10*time.Second).Should(Equal(v1alpha1.StepRunning))
-		run := annotateRun(ctx, cm, engine.AnnotationRetry, "bob")
+		run := annotateRun(ctx, cm, v1alpha1.AnnotationRetry, "bob")
 		Eventually(probe().EventNotes(ctx, run), 10*time.Second).Should(ContainElement(
-			And(HavePrefix(engine.ReasonRetryRefused+": "), ContainSubstring("the run is Running, not Failed"))))
-		Eventually(func() map[string]string { return runFor(ctx, cm)().Annotations }, 5*time.Second).ShouldNot(HaveKey(engine.AnnotationRetry))
+			And(HavePrefix(v1alpha1.ReasonRetryRefused+": "), ContainSubstring("the run is Running, not Failed"))))
+		Eventually(func() map[string]string { return runFor(ctx, cm)().Annotations }, 5*time.Second).ShouldNot(HaveKey(v1alpha1.AnnotationRetry))
 		Expect(runFor(ctx, cm)().Status.Retries).To(BeZero())
-		update(ctx, cm, func(c *corev1.ConfigMap) { c.Annotations = map[string]string{engine.AnnotationAbandon: "test over"} })
+		update(ctx, cm, func(c *corev1.ConfigMap) { c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: "test over"} })
 		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
 	})
 
@@ -113,7 +113,7 @@ var _ = Describe("Retry after a failure", func() {
 		cm.Finalizers = []string{"example.com/hold"}
 		Expect(k8s.Create(ctx, cm)).To(Succeed())
 		forged := &v1alpha1.TeardownRun{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "forged", Finalizers: []string{engine.FinalizerRun}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "forged", Finalizers: []string{v1alpha1.FinalizerRun}},
 			Spec: v1alpha1.TeardownRunSpec{
 				PolicyRef: v1alpha1.PolicyReference{Kind: "TeardownPolicy", Namespace: ns, Name: "p", UID: "x"},
 				Target:    v1alpha1.TargetObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: ns, Name: "held", UID: cm.UID},
@@ -126,7 +126,7 @@ var _ = Describe("Retry after a failure", func() {
 			_ = k8s.Get(ctx, client.ObjectKeyFromObject(forged), forged)
 			return forged.Status.Message
 		}, 10*time.Second).Should(ContainSubstring("rejected"))
-		Expect(condition(forged, engine.ConditionFailed).Reason).To(Equal("Rejected"))
+		Expect(condition(forged, v1alpha1.ConditionFailed).Reason).To(Equal("Rejected"))
 		Eventually(gone(ctx, forged), 10*time.Second).Should(BeTrue(), "a rejected run expires like any finished run")
 		Expect(finalizers(ctx, cm)()).To(Equal([]string{"example.com/hold"}), "and releases nothing")
 		update(ctx, cm, func(c *corev1.ConfigMap) { c.Finalizers = nil })

@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine"
 )
 
 // protect creates a policy and a target it protects, and waits until the target carries the
@@ -57,7 +56,7 @@ var _ = Describe("Runs", func() {
 		Expect(first.CompletionTime.Time.After(guarded.StartTime.Time)).To(BeFalse(), "steps must run in order")
 		Expect(guarded.CompletionTime.Sub(first.StartTime.Time)).To(BeNumerically(">=", 2*time.Second-10*time.Millisecond))
 		Expect(run.Status.CompletionTime).NotTo(BeNil())
-		Eventually(func() []string { r := runFor(ctx, cm)(); return r.Finalizers }, 5*time.Second).ShouldNot(ContainElement(engine.FinalizerRun))
+		Eventually(func() []string { r := runFor(ctx, cm)(); return r.Finalizers }, 5*time.Second).ShouldNot(ContainElement(v1alpha1.FinalizerRun))
 
 		Expect(run.Status.Step("instant").Phase).To(Equal(v1alpha1.StepSucceeded))
 
@@ -80,8 +79,10 @@ var _ = Describe("Runs", func() {
 		cm := protect(ctx, p, "target")
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
 		Expect(k8s.Delete(ctx, cm)).To(Succeed())
-		Eventually(eventReasons(ctx, cm), 10*time.Second).Should(ContainElements(engine.ReasonRunCreated, engine.ReasonStepStarted))
-		update(ctx, cm, func(c *corev1.ConfigMap) { c.Annotations = map[string]string{engine.AnnotationAbandon: "test cleanup"} })
+		Eventually(eventReasons(ctx, cm), 10*time.Second).Should(ContainElements(v1alpha1.ReasonRunCreated, v1alpha1.ReasonStepStarted))
+		update(ctx, cm, func(c *corev1.ConfigMap) {
+			c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: "test cleanup"}
+		})
 		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
 	})
 
@@ -100,11 +101,11 @@ var _ = Describe("Runs", func() {
 		Expect(run.Status.Step("hard").Phase).To(Equal(v1alpha1.StepFailed))
 		Expect(run.Status.Step("never").Phase).To(Equal(v1alpha1.StepSkipped))
 		Consistently(gone(ctx, cm), 2*time.Second).Should(BeFalse(), "failurePolicy Retain keeps the target")
-		Expect(eventReasons(ctx, run)()).To(ContainElement(engine.ReasonFailed))
+		Expect(eventReasons(ctx, run)()).To(ContainElement(v1alpha1.ReasonFailed))
 
 		By("breaking glass on the failed run")
 		update(ctx, cm, func(c *corev1.ConfigMap) {
-			c.Annotations = map[string]string{engine.AnnotationAbandon: "alice: snapshot verified by hand"}
+			c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: "alice: snapshot verified by hand"}
 		})
 		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
 		run = runFor(ctx, cm)()
@@ -112,7 +113,7 @@ var _ = Describe("Runs", func() {
 		Expect(run.Status.AbandonedBy).To(And(ContainSubstring("alice: snapshot verified by hand"), ContainSubstring("set by field manager")))
 		Expect(run.Status.Message).To(ContainSubstring("the run had failed: step hard failed: timed out after 1s"),
 			"the failure stays in the message after break glass")
-		failed := meta.FindStatusCondition(run.Status.Conditions, engine.ConditionFailed)
+		failed := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionFailed)
 		Expect(failed).NotTo(BeNil())
 		Expect(failed.Status).To(Equal(metav1.ConditionTrue))
 		Expect(failed.Message).To(ContainSubstring("step hard failed"))
@@ -151,7 +152,7 @@ var _ = Describe("Runs", func() {
 		Expect(step.Message).To(ContainSubstring("not served"))
 		// Backoff 1s then 2s between the three attempts; status times have one-second precision.
 		Expect(step.CompletionTime.Sub(step.StartTime.Time)).To(BeNumerically(">=", 2*time.Second))
-		Eventually(eventReasons(ctx, run), 10*time.Second).Should(ContainElements(engine.ReasonStepRetrying, engine.ReasonStepFailed))
+		Eventually(eventReasons(ctx, run), 10*time.Second).Should(ContainElements(v1alpha1.ReasonStepRetrying, v1alpha1.ReasonStepFailed))
 	})
 
 	It("retries with a zero backoff without getting stuck", func() {
@@ -200,7 +201,7 @@ var _ = Describe("Runs", func() {
 		Expect(k8s.Delete(ctx, cm)).To(Succeed())
 		Eventually(stepPhase(ctx, cm, "forever"), 10*time.Second).Should(Equal(v1alpha1.StepRunning))
 		update(ctx, cm, func(c *corev1.ConfigMap) {
-			c.Annotations = map[string]string{engine.AnnotationAbandon: "oncall: INC-42"}
+			c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: "oncall: INC-42"}
 		})
 		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
 		run := runFor(ctx, cm)()
@@ -208,7 +209,7 @@ var _ = Describe("Runs", func() {
 		Expect(run.Status.AbandonedBy).To(ContainSubstring("oncall: INC-42"))
 		Expect(run.Status.Step("forever").Phase).To(Equal(v1alpha1.StepSkipped))
 		Expect(run.Status.Step("after").Phase).To(Equal(v1alpha1.StepSkipped))
-		Eventually(eventReasons(ctx, run), 10*time.Second).Should(ContainElement(engine.ReasonAbandoned))
+		Eventually(eventReasons(ctx, run), 10*time.Second).Should(ContainElement(v1alpha1.ReasonAbandoned))
 	})
 
 	It("suspending a policy releases every target and abandons its runs", func() {
@@ -226,7 +227,7 @@ var _ = Describe("Runs", func() {
 		Expect(run.Status.Phase).To(Equal(v1alpha1.RunAbandoned))
 		Expect(run.Status.AbandonedBy).To(ContainSubstring("spec.suspend"))
 		cond := expectReady(ctx, p, metav1.ConditionFalse)
-		Expect(cond.Reason).To(Equal(engine.ReasonSuspended))
+		Expect(cond.Reason).To(Equal(v1alpha1.ReasonSuspended))
 	})
 
 	It("deleting a policy waits for its in-flight runs, and releases its live targets", func() {

@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine"
 )
 
 var _ = Describe("Safety", func() {
@@ -193,7 +192,7 @@ var _ = Describe("Safety", func() {
 		Expect(elapsed).To(BeNumerically("<", 4*time.Second+time.Since(stoppedAt)))
 		var started int
 		for _, r := range eventReasons(ctx, after)() {
-			if r == engine.ReasonStepStarted {
+			if r == v1alpha1.ReasonStepStarted {
 				started++
 			}
 		}
@@ -213,7 +212,7 @@ var _ = Describe("Safety", func() {
 		Eventually(func() string {
 			_ = k8s.Get(ctx, client.ObjectKeyFromObject(p), p)
 			for _, c := range p.Status.Conditions {
-				if c.Type == engine.ConditionReady {
+				if c.Type == v1alpha1.ConditionReady {
 					return c.Message
 				}
 			}
@@ -229,7 +228,7 @@ var _ = Describe("Safety", func() {
 		Eventually(gone(ctx, selected), 10*time.Second).Should(BeTrue())
 		run := runFor(ctx, selected)()
 		Expect(run.Namespace).To(Equal(runNamespace))
-		Expect(run.Labels[engine.LabelTargetNamespace]).To(Equal(ns))
+		Expect(run.Labels[v1alpha1.LabelTargetNamespace]).To(Equal(ns))
 		Expect(run.Status.Phase).To(Equal(v1alpha1.RunSucceeded))
 		Eventually(gone(ctx, p), 10*time.Second).Should(BeTrue(), "the policy goes once its targets are done")
 	})

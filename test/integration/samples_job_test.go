@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine"
 	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
@@ -194,7 +193,7 @@ func bucket(ns, name string, spec map[string]any) *unstructured.Unstructured {
 func bucketJobs(ctx context.Context, b client.Object) func() []batchv1.Job {
 	return func() []batchv1.Job {
 		var jobs batchv1.JobList
-		_ = k8s.List(ctx, &jobs, client.InNamespace("teardown-jobs"), client.MatchingLabels{engine.LabelTargetUID: string(b.GetUID())})
+		_ = k8s.List(ctx, &jobs, client.InNamespace("teardown-jobs"), client.MatchingLabels{v1alpha1.LabelTargetUID: string(b.GetUID())})
 		return jobs.Items
 	}
 }

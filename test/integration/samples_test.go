@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine"
 	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
@@ -150,7 +149,7 @@ func expectCRDNamed(f string, kinds map[schema.GroupVersionKind]string) {
 // expectUnprotected checks that a policy's match leaves obj alone, without an evaluation error.
 func expectUnprotected(ctx context.Context, obj client.Object, why string) {
 	Consistently(finalizers(ctx, obj), 2*time.Second).Should(BeEmpty(), why)
-	Expect(eventReasons(ctx, obj)()).NotTo(ContainElement(engine.ReasonMatchFailed), "%s: the match must not fail to evaluate", why)
+	Expect(eventReasons(ctx, obj)()).NotTo(ContainElement(v1alpha1.ReasonMatchFailed), "%s: the match must not fail to evaluate", why)
 }
 
 var _ = Describe("Samples", func() {

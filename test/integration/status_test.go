@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine"
 )
 
 // counts reads a policy's status counts as `kubectl get teardownpolicies` shows them.
@@ -102,7 +101,7 @@ var _ = Describe("Status and metrics", func() {
 		By("breaking glass releases both, and every count goes back to 0")
 		for _, name := range []string{"running", "failing"} {
 			update(ctx, objs[name], func(c *corev1.ConfigMap) {
-				c.Annotations = map[string]string{engine.AnnotationAbandon: "ops: checked by hand"}
+				c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: "ops: checked by hand"}
 			})
 		}
 		for _, name := range []string{"running", "failing"} {
@@ -129,7 +128,7 @@ var _ = Describe("Status and metrics", func() {
 		Eventually(policyCounts(ctx, p), 10*time.Second).Should(Equal(counts{Protected: 1, MatchErrors: 1}))
 		Eventually(gauges(p), 5*time.Second).Should(Equal(counts{Protected: 1, MatchErrors: 1}))
 		Eventually(probe().EventNotes(ctx, bare), 10*time.Second).Should(ContainElement(SatisfyAll(
-			HavePrefix(engine.ReasonMatchFailed+": "), ContainSubstring("spec.match cannot be evaluated"), ContainSubstring("no such key: tier"))))
+			HavePrefix(v1alpha1.ReasonMatchFailed+": "), ContainSubstring("spec.match cannot be evaluated"), ContainSubstring("no such key: tier"))))
 		Expect(finalizers(ctx, bare)()).NotTo(ContainElement(finalizerOf(p)))
 
 		By("the object gets the field: its match evaluates again and the count drops")

@@ -175,7 +175,7 @@ func expectReady(ctx context.Context, obj client.Object, status metav1.Condition
 		}
 		g.Expect(observed).To(Equal(gen))
 		for i := range conds {
-			if conds[i].Type == engine.ConditionReady {
+			if conds[i].Type == v1alpha1.ConditionReady {
 				cond = &conds[i]
 			}
 		}

@@ -35,37 +35,87 @@ type StepScope struct {
 
 // WithSteps returns an environment whose expressions may reference only the steps scope allows.
 func (e *Env) WithSteps(scope StepScope) *Env {
+	if e.untyped {
+		return e
+	}
 	out := *e
 	out.scope = &scope
 	return &out
 }
 
-// checkSteps reports the first reference in a checked expression to a step or an output that
-// the scope does not allow.
+// checkSteps reports the first reference in a checked expression to a step, a step field, an
+// output or a run field that the scope does not allow. An expression whose comprehension binds a
+// variable named steps or run is not checked for that name: there it is the user's variable.
 func (e *Env) checkSteps(checked *cel.Ast) error {
-	if e.scope == nil {
-		return nil
-	}
+	root := checked.NativeRep().Expr()
+	shadowed := boundNames(root)
 	var first error
-	ast.PreOrderVisit(checked.NativeRep().Expr(), ast.NewExprVisitor(func(x ast.Expr) {
-		if first != nil {
-			return
-		}
-		if e.scope.Match && x.Kind() == ast.IdentKind && x.AsIdent() == "run" {
-			first = fmt.Errorf("run: match is evaluated before any run exists, so it cannot read run")
-			return
-		}
-		if name, ok := stepRef(x); ok {
-			if _, err := e.scope.step(name); err != nil {
-				first = err
-			}
-			return
-		}
-		if name, key, ok := outputRef(x); ok {
-			first = e.scope.checkOutput(name, key)
+	ast.PreOrderVisit(root, ast.NewExprVisitor(func(x ast.Expr) {
+		if first == nil {
+			first = e.checkRef(x, shadowed)
 		}
 	}))
 	return first
+}
+
+// runFields are the fields of `run`, stepFields those of an entry of `steps`.
+var (
+	runFields  = []string{"name", "namespace", "uid", "attempt", "step"}
+	stepFields = []string{"phase", "message", "outputs"}
+)
+
+// checkRef checks one node: a selection from run, from steps, from a step or from its outputs.
+func (e *Env) checkRef(x ast.Expr, shadowed map[string]bool) error {
+	operand, name, ok := member(x)
+	if !ok {
+		if e.scope != nil && e.scope.Match && !shadowed[VarRun] && x.Kind() == ast.IdentKind && x.AsIdent() == VarRun {
+			return fmt.Errorf("run: match is evaluated before any run exists, so it cannot read run")
+		}
+		return nil
+	}
+	switch {
+	case e.untyped:
+		return nil
+	case isIdent(operand, VarRun) && !shadowed[VarRun]:
+		if !slices.Contains(runFields, name) {
+			return fmt.Errorf("run.%s: run has no field %q (it has: %s)", name, name, strings.Join(runFields, ", "))
+		}
+	case e.scope == nil || shadowed[VarSteps]:
+	case isIdent(operand, VarSteps):
+		_, err := e.scope.step(name)
+		return err
+	}
+	if e.scope == nil || shadowed[VarSteps] {
+		return nil
+	}
+	if step, ok := stepRef(operand); ok {
+		if !slices.Contains(stepFields, name) {
+			return fmt.Errorf("steps.%s.%s: a step has no field %q (it has: %s)", step, name, name, strings.Join(stepFields, ", "))
+		}
+		return nil
+	}
+	if step, key, ok := outputRef(x); ok {
+		return e.scope.checkOutput(step, key)
+	}
+	return nil
+}
+
+func isIdent(x ast.Expr, name string) bool { return x.Kind() == ast.IdentKind && x.AsIdent() == name }
+
+// boundNames returns the variable names comprehensions in the expression bind.
+func boundNames(root ast.Expr) map[string]bool {
+	names := map[string]bool{}
+	ast.PreOrderVisit(root, ast.NewExprVisitor(func(x ast.Expr) {
+		if x.Kind() == ast.ComprehensionKind {
+			c := x.AsComprehension()
+			for _, n := range []string{c.IterVar(), c.IterVar2(), c.AccuVar()} {
+				if n != "" {
+					names[n] = true
+				}
+			}
+		}
+	}))
+	return names
 }
 
 func (s *StepScope) step(name string) (*StepInfo, error) {
@@ -113,7 +163,7 @@ func (s *StepScope) checkOutput(name, key string) error {
 // stepRef recognises steps.NAME, steps['NAME'] and their optional forms.
 func stepRef(x ast.Expr) (string, bool) {
 	operand, name, ok := member(x)
-	if !ok || operand.Kind() != ast.IdentKind || operand.AsIdent() != "steps" {
+	if !ok || !isIdent(operand, VarSteps) {
 		return "", false
 	}
 	return name, true

@@ -143,7 +143,7 @@ func TestCompileErrors(t *testing.T) {
 		{"int condition", "1 + 1", true, "must evaluate to bool, not int"},
 		{"string condition", "'yes'", true, "must evaluate to bool, not string"},
 		{"list condition", "[1, 2].map(x, x)", true, "must evaluate to bool, not list(int)"},
-		{"map condition", "run", true, "must evaluate to bool, not teardown.Run"},
+		{"map condition", "run", true, "must evaluate to bool, not map(string, dyn)"},
 		{"undeclared variable", "foo == 1", true,
 			"ERROR: <input>:1:1: undeclared reference to 'foo' (in container '')\n | foo == 1\n | ^"},
 		{"undeclared variable in value", "pods", false,

@@ -35,10 +35,11 @@ func TestDeclaredTypes(t *testing.T) {
 		{src: "job.metadata.creationTimestamp.startsWith('2026')", want: true},
 		{src: "job.metadata.name == 'j' && !has(job.metadata.namespace)", want: true},
 		{src: "job.status.succeded > 0", wantErr: "undefined field 'succeded'"},
+		{src: "job.?status.?succeeded.orValue(0) >= 1 && job.?status.?failed.orValue(0) == 0", want: true},
 		{src: "!has(job.spec) || job.spec.template.spec.containers.all(c, c.image != '')", want: true},
 		{src: "job.spec.parallelism == 'one'", wantErr: "no matching overload"},
 		{src: "run.attempt > 0 && run.name != ''", wantErr: ""}, // run is declared by NewEnv
-		{src: "run.atempt > 0", wantErr: "undefined field 'atempt'"},
+		{src: "run.atempt > 0", wantErr: "run has no field \"atempt\""},
 	}
 	vars["run"] = map[string]any{"attempt": int64(1), "name": "r"}
 	for _, tt := range tests {
@@ -81,6 +82,13 @@ func TestStepScopeForms(t *testing.T) {
 		{"steps.me.phase == 'x'", "this step's own result"},
 		{"steps.snap.outputs['idd'] == ''", `http step snap has no output "idd" (it has: id)`},
 		{"steps.snap.outputs.?idd.orValue('') == ''", `has no output "idd"`},
+		{"steps['export-db']['outputs']['jobName'] != ''", ""},
+		{"steps['snap']['phse'] == ''", `a step has no field "phse"`},
+		{"run['name'] != '' && run.attempt > 0", ""},
+		{"run['atempt'] > 0", `run has no field "atempt"`},
+		// A comprehension's own variable named steps or run is the user's, not the built-in.
+		{"[{'foo': 1}].exists(steps, steps.foo == 1)", ""},
+		{"[{'x': 1}].all(run, run.x == 1)", ""},
 	}
 	for _, tt := range tests {
 		_, err := env.CompileCondition(tt.src)
@@ -90,6 +98,9 @@ func TestStepScopeForms(t *testing.T) {
 		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
 			t.Errorf("%q: error %v, want %q", tt.src, err, tt.wantErr)
 		}
+	}
+	if _, err := newEnv(t).WithSteps(StepScope{Match: true}).CompileCondition("[{'name': 'x'}].exists(run, run.name == 'x')"); err != nil {
+		t.Errorf("match with a comprehension variable named run: %v", err)
 	}
 	if _, err := newEnv(t).WithSteps(StepScope{Match: true}).CompileCondition("run.name != ''"); err == nil ||
 		!strings.Contains(err.Error(), "match is evaluated before any run exists") {

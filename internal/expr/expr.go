@@ -61,17 +61,17 @@ type Env struct {
 	base    types.Provider
 	// scope, when set, limits the steps expressions may read (see WithSteps).
 	scope *StepScope
+	// untyped declares object variables dynamic (see Untyped).
+	untyped bool
 }
 
-// RunType is the type of `run`.
-var RunType = ObjectType("teardown.Run", map[string]Type{
-	"name": String, "namespace": String, "uid": String, "attempt": Int, "step": String,
-})
-
-// StepType is the type of one entry of `steps`.
-var StepType = ObjectType("teardown.Step", map[string]Type{
-	"phase": String, "message": String, "outputs": MapOf(Dyn),
-})
+// RunType is the type of `run`, and StepType of one entry of `steps`: maps, so that index forms
+// (run['name'], steps['export-db']['outputs']) keep working; their field names are checked on
+// the expression instead (see checkSteps).
+var (
+	RunType  = MapOf(Dyn)
+	StepType = MapOf(Dyn)
+)
 
 // NewEnv builds the base environment: `object` (dynamic: any kind of object), `run` and `steps`.
 func NewEnv() (*Env, error) {

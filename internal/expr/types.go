@@ -62,6 +62,9 @@ func (e *Env) Declare(vars ...Var) (*Env, error) {
 		if v.Type.decl == nil {
 			return nil, fmt.Errorf("variable %q has no type", v.Name)
 		}
+		if e.untyped && v.Type.decl.IsObject() {
+			v.Type = Dyn
+		}
 		if v.Type.decl.IsObject() || v.Type.decl.IsMap() || v.Type.decl.IsList() {
 			objects = append(objects, v.Type.decl)
 		}
@@ -79,7 +82,16 @@ func (e *Env) Declare(vars ...Var) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("extending CEL environment: %w", err)
 	}
-	return &Env{cel: env, objects: objects, base: e.base, scope: e.scope}, nil
+	return &Env{cel: env, objects: objects, base: e.base, scope: e.scope, untyped: e.untyped}, nil
+}
+
+// Untyped returns an environment in which every object variable declared later is dynamic and no
+// step reference is checked: it compiles the pipelines runs copied from policies before those
+// checks existed, so that an upgrade does not fail a teardown in flight.
+func (e *Env) Untyped() *Env {
+	out := *e
+	out.untyped, out.scope = true, nil
+	return &out
 }
 
 // Types of the values Go types map to, for TypeOf.

@@ -1,4 +1,4 @@
-package engine
+package wait
 
 import (
 	"context"
@@ -9,20 +9,18 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/teardown-dev/teardown-operator/steps/wait"
 )
 
-// Lister reads full objects straight from the API server for wait-step lookups. Lookups are rare
+// APILister reads full objects straight from the API server for lookups. Lookups are rare
 // and bounded, so they are not cached: caching every kind a lookup might name would cost memory
 // for objects nobody reads.
-type Lister struct {
+type APILister struct {
 	reader client.Reader
 	mapper meta.RESTMapper
 }
 
-// Namespaced implements wait.Lister.
-func (l *Lister) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
+// Namespaced implements Lister.
+func (l *APILister) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
 	m, err := l.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
 		return false, fmt.Errorf("kind %s is not served: %w", gvk, err)
@@ -30,8 +28,8 @@ func (l *Lister) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
 	return m.Scope.Name() == meta.RESTScopeNameNamespace, nil
 }
 
-// List implements wait.Lister.
-func (l *Lister) List(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector, limit int) ([]any, error) {
+// List implements Lister.
+func (l *APILister) List(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector, limit int) ([]any, error) {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 	opts := []client.ListOption{client.MatchingLabelsSelector{Selector: selector}, client.Limit(int64(limit + 1))}
@@ -42,11 +40,16 @@ func (l *Lister) List(ctx context.Context, gvk schema.GroupVersionKind, namespac
 		return nil, fmt.Errorf("listing %s: %w", gvk.Kind, err)
 	}
 	if len(list.Items) > limit || list.GetContinue() != "" {
-		return nil, wait.ErrTooMany
+		return nil, ErrTooMany
 	}
 	out := make([]any, 0, len(list.Items))
 	for i := range list.Items {
 		out = append(out, list.Items[i].Object)
 	}
 	return out, nil
+}
+
+// NewAPILister returns a Lister reading through reader, with kinds' scopes from mapper.
+func NewAPILister(reader client.Reader, mapper meta.RESTMapper) *APILister {
+	return &APILister{reader: reader, mapper: mapper}
 }

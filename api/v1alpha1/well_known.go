@@ -1,0 +1,99 @@
+package v1alpha1
+
+// Well-known names: the labels, annotations, finalizers, condition types and reasons, and event
+// reasons the operator reads and writes. They are part of the API (users select, alert and
+// script on them) and never change once shipped; tools and tests read them from here.
+
+// Annotations users set.
+const (
+	// AnnotationAbandon on a target breaks glass: its runs skip their remaining steps and release
+	// the target. The value should say who asks and why; it is recorded in the run.
+	AnnotationAbandon = "teardown.dev/abandon"
+	// AnnotationRetry on a Failed run that keeps its object resumes the pipeline at the step that
+	// failed, with fresh attempts. The value should say who asks and why; it is recorded in the
+	// run, and the operator removes the annotation once the retry is recorded.
+	AnnotationRetry = "teardown.dev/retry"
+)
+
+// Finalizers the operator puts on its own objects. A policy's finalizer on its targets is
+// <teardownpolicy|clusterteardownpolicy>.teardown.dev/<policy name> (see internal/naming).
+const (
+	// FinalizerRun keeps a run while its pipeline is in flight, so that deleting its namespace
+	// (or the run) cannot lose the pipeline's state.
+	FinalizerRun = "teardown.dev/run-in-progress"
+	// FinalizerPolicy keeps a policy until its targets are released and its runs are done.
+	FinalizerPolicy = "teardown.dev/release-targets"
+)
+
+// Labels of runs: which policy and which target.
+const (
+	LabelPolicyKind      = "teardown.dev/policy-kind"
+	LabelPolicy          = "teardown.dev/policy"
+	LabelPolicyNamespace = "teardown.dev/policy-namespace"
+	LabelTargetUID       = "teardown.dev/target-uid"
+	LabelTargetKind      = "teardown.dev/target-kind"
+	LabelTargetNamespace = "teardown.dev/target-namespace"
+	LabelTargetName      = "teardown.dev/target-name"
+)
+
+// Labels a step puts on the objects it creates for a run (a job step's Jobs), so that their
+// changes are routed to the run and they can be found by run.
+const (
+	// LabelRun is the run's name.
+	LabelRun = "teardown.dev/run"
+	// LabelRunNamespace is the run's namespace.
+	LabelRunNamespace = "teardown.dev/run-namespace"
+	// LabelRunUID is the run's UID; the operator caches only owned objects that carry it.
+	LabelRunUID = "teardown.dev/run-uid"
+	// LabelStep is the step's name.
+	LabelStep = "teardown.dev/step"
+	// LabelAttempt is the attempt that created the object.
+	LabelAttempt = "teardown.dev/attempt"
+)
+
+// Condition types.
+const (
+	// ConditionReady is a policy's: valid, its target kind served, its targets protected.
+	ConditionReady = "Ready"
+	// ConditionComplete is True once a run's phase is final.
+	ConditionComplete = "Complete"
+	// ConditionFailed is True on a run whose pipeline failed; it stays True if the run is then
+	// abandoned, so the failure does not disappear from view.
+	ConditionFailed = "Failed"
+)
+
+// Reasons of a policy's Ready condition.
+const (
+	ReasonProtecting    = "Protecting"
+	ReasonSuspended     = "Suspended"
+	ReasonInvalidSpec   = "InvalidSpec"
+	ReasonKindNotServed = "TargetKindNotServed"
+	ReasonInvalidTarget = "InvalidTarget"
+	ReasonReleasing     = "ReleasingTargets"
+)
+
+// Reasons of a run's Failed condition (besides ReasonStepFailed and ReasonPipelineTimedOut).
+const (
+	ReasonRejected        = "Rejected"
+	ReasonInvalidPipeline = "InvalidPipeline"
+	ReasonRunRetried      = "Retried"
+)
+
+// Event reasons, on runs and on their targets. Users alert on them.
+const (
+	ReasonRunCreated       = "TeardownStarted"
+	ReasonStepStarted      = "StepStarted"
+	ReasonStepSucceeded    = "StepSucceeded"
+	ReasonStepFailed       = "StepFailed"
+	ReasonStepRetrying     = "StepRetrying"
+	ReasonStepSkipped      = "StepSkipped"
+	ReasonSucceeded        = "TeardownSucceeded"
+	ReasonFailed           = "TeardownFailed"
+	ReasonAbandoned        = "TeardownAbandoned"
+	ReasonPolicyInvalid    = "PolicyInvalid"
+	ReasonPolicyGone       = "PolicyGone"
+	ReasonPipelineTimedOut = "PipelineTimedOut"
+	ReasonMatchFailed      = "MatchFailed"
+	ReasonRetried          = "TeardownRetried"
+	ReasonRetryRefused     = "RetryRefused"
+)

@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/steps"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// policyWorkers is how many policies are reconciled at once per kind: policies are few and their
+// reconciles short (compile once per generation, recount).
+const policyWorkers = 2
+
+// setupControllers registers the policy, namespace, target and run controllers with mgr.
+func (e *Engine) setupControllers(mgr manager.Manager) error {
+	for _, setup := range []func(manager.Manager) error{e.setupPolicies, e.setupNamespaces, e.setupTargets, e.setupRuns} {
+		if err := setup(mgr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setupPolicies watches both kinds of policy, and their runs for the counts in their status.
+func (e *Engine) setupPolicies(mgr manager.Manager) error {
+	for kind, obj := range map[string]client.Object{policy.KindNamespaced: &v1alpha1.TeardownPolicy{}, policy.KindCluster: &v1alpha1.ClusterTeardownPolicy{}} {
+		r := &policyReconciler{Engine: e, kind: kind}
+		err := builder.ControllerManagedBy(mgr).
+			Named(kind).
+			For(obj).
+			Watches(&v1alpha1.TeardownRun{}, e.recountOnRuns(kind)).
+			WatchesRawSource(e.policies[kind].source()).
+			WithOptions(controller.Options{MaxConcurrentReconciles: policyWorkers}).
+			Complete(r)
+		if err != nil {
+			return fmt.Errorf("%s controller: %w", kind, err)
+		}
+	}
+	return nil
+}
+
+// setupNamespaces watches namespaces: label changes move objects in and out of cluster policies'
+// namespace selectors, and a namespace's deletion changes where runs go and when its policies
+// may let go.
+func (e *Engine) setupNamespaces(mgr manager.Manager) error {
+	nsMeta := metaRef(namespaceGVK, "", "")
+	err := builder.ControllerManagedBy(mgr).
+		Named("namespace").
+		WatchesMetadata(nsMeta, &handler.Funcs{
+			CreateFunc: func(ctx context.Context, ev eventCreate, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				e.namespaceChanged(ev.Object.GetName())
+			},
+			UpdateFunc: func(ctx context.Context, ev eventUpdate, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				if !equalStrings(ev.ObjectOld.GetLabels(), ev.ObjectNew.GetLabels()) || ev.ObjectOld.GetDeletionTimestamp() == nil && ev.ObjectNew.GetDeletionTimestamp() != nil {
+					e.namespaceChanged(ev.ObjectNew.GetName())
+				}
+			},
+		}).
+		Complete(reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil }))
+	if err != nil {
+		return fmt.Errorf("namespace watch: %w", err)
+	}
+	return nil
+}
+
+// setupTargets runs the target controller; the dynamic watches feed its queue (see route).
+func (e *Engine) setupTargets(mgr manager.Manager) error {
+	tc, err := controller.NewTyped[TargetKey]("target", mgr, controller.TypedOptions[TargetKey]{
+		Reconciler:              &targetReconciler{Engine: e},
+		MaxConcurrentReconciles: e.opts.TargetWorkers,
+	})
+	if err != nil {
+		return fmt.Errorf("target controller: %w", err)
+	}
+	return tc.Watch(e.targets.source())
+}
+
+// setupRuns runs the run controller, woken by the objects steps create for runs (Jobs) too.
+func (e *Engine) setupRuns(mgr manager.Manager) error {
+	runs := builder.ControllerManagedBy(mgr).
+		Named("teardownrun")
+	for _, k := range e.kinds {
+		if o, ok := k.(steps.Owner); ok {
+			for _, obj := range o.Owns() {
+				runs = runs.Watches(obj, handler.EnqueueRequestsFromMapFunc(runOfOwned))
+			}
+		}
+	}
+	return runs.
+		// A run's own status writes must not wake it: its next check time is in the status and
+		// it is requeued for it. Creation, deletion, finalizer changes and a retry request do.
+		For(&v1alpha1.TeardownRun{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{},
+			predicate.Funcs{UpdateFunc: func(ev event.UpdateEvent) bool {
+				o, n := ev.ObjectOld, ev.ObjectNew
+				return (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) || !slices.Equal(o.GetFinalizers(), n.GetFinalizers()) ||
+					n.GetAnnotations()[v1alpha1.AnnotationRetry] != "" && o.GetAnnotations()[v1alpha1.AnnotationRetry] != n.GetAnnotations()[v1alpha1.AnnotationRetry]
+			}},
+		))).
+		WatchesRawSource(e.runs.source()).
+		WithOptions(controller.Options{MaxConcurrentReconciles: e.opts.RunWorkers}).
+		Complete(&runReconciler{Engine: e})
+}

@@ -1,0 +1,128 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/teardown-dev/teardown-operator/steps"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+)
+
+// queueRef hands a controller's queue to code outside the controller (informer handlers, other
+// reconcilers). Items added before the controller starts are kept and queued when it does.
+type queueRef[T comparable] struct {
+	mu      sync.Mutex
+	q       workqueue.TypedRateLimitingInterface[T]
+	pending []T
+}
+
+func (r *queueRef[T]) source() source.TypedSource[T] {
+	return source.TypedFunc[T](func(_ context.Context, q workqueue.TypedRateLimitingInterface[T]) error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.q = q
+		for _, item := range r.pending {
+			q.Add(item)
+		}
+		r.pending = nil
+		return nil
+	})
+}
+
+// Add queues item now.
+func (r *queueRef[T]) Add(item T) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.q == nil {
+		r.pending = append(r.pending, item)
+		return
+	}
+	r.q.Add(item)
+}
+
+// AddAfter queues item after d; the queue folds repeated adds of the same item.
+func (r *queueRef[T]) AddAfter(item T, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.q == nil {
+		r.pending = append(r.pending, item)
+		return
+	}
+	r.q.AddAfter(item, d)
+}
+
+// interest records which runs wait on changes to which kinds of objects (wait-step lookups).
+type interest struct {
+	mu    sync.Mutex
+	byGVK map[schema.GroupVersionKind]map[string]map[reconcile.Request]struct{} // gvk -> namespace -> runs
+	byRun map[reconcile.Request][]steps.WatchTarget
+}
+
+func newInterest() *interest {
+	return &interest{byGVK: map[schema.GroupVersionKind]map[string]map[reconcile.Request]struct{}{}, byRun: map[reconcile.Request][]steps.WatchTarget{}}
+}
+
+// set replaces what run waits on and returns the kinds it no longer waits on.
+func (in *interest) set(run reconcile.Request, targets []steps.WatchTarget) (dropped []schema.GroupVersionKind) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	keep := map[schema.GroupVersionKind]bool{}
+	for _, t := range targets {
+		keep[t.GVK] = true
+	}
+	for _, old := range in.byRun[run] {
+		if nss := in.byGVK[old.GVK]; nss != nil {
+			delete(nss[old.Namespace], run)
+			if len(nss[old.Namespace]) == 0 {
+				delete(nss, old.Namespace)
+			}
+			if len(nss) == 0 {
+				delete(in.byGVK, old.GVK)
+			}
+		}
+		if !keep[old.GVK] {
+			dropped = append(dropped, old.GVK)
+		}
+	}
+	if len(targets) == 0 {
+		delete(in.byRun, run)
+		return dropped
+	}
+	in.byRun[run] = targets
+	for _, t := range targets {
+		nss := in.byGVK[t.GVK]
+		if nss == nil {
+			nss = map[string]map[reconcile.Request]struct{}{}
+			in.byGVK[t.GVK] = nss
+		}
+		if nss[t.Namespace] == nil {
+			nss[t.Namespace] = map[reconcile.Request]struct{}{}
+		}
+		nss[t.Namespace][run] = struct{}{}
+	}
+	return dropped
+}
+
+// interested returns the runs waiting on changes to gvk objects in namespace.
+func (in *interest) interested(gvk schema.GroupVersionKind, namespace string) []reconcile.Request {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	nss := in.byGVK[gvk]
+	if nss == nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for r := range nss[namespace] {
+		out = append(out, r)
+	}
+	if namespace != "" {
+		for r := range nss[""] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
