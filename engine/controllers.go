@@ -39,17 +39,30 @@ func (e *Engine) setupPolicies(mgr manager.Manager) error {
 		r := &policyReconciler{Engine: e, kind: kind}
 		err := builder.ControllerManagedBy(mgr).
 			Named(kind).
-			For(obj).
+			// The policy's own status writes must not wake it: each would recount and write again
+			// while a teardown changes the counts. Recounts come from the changes themselves,
+			// folded to one a second (see recount).
+			For(obj, builder.WithPredicates(specOrLifecycleChanged)).
 			Watches(&v1alpha1.TeardownRun{}, e.recountOnRuns(kind)).
 			WatchesRawSource(e.policies[kind].source()).
 			WithOptions(controller.Options{MaxConcurrentReconciles: policyWorkers}).
-			Complete(r)
+			Complete(requeueConflicts[reconcile.Request](r))
 		if err != nil {
 			return fmt.Errorf("%s controller: %w", kind, err)
 		}
 	}
 	return nil
 }
+
+// specOrLifecycleChanged passes creations, deletions, and updates of an object's spec (its
+// generation), deletion timestamp or finalizers: not its status.
+var specOrLifecycleChanged = predicate.Or(
+	predicate.GenerationChangedPredicate{},
+	predicate.Funcs{UpdateFunc: func(ev event.UpdateEvent) bool {
+		o, n := ev.ObjectOld, ev.ObjectNew
+		return (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) || !slices.Equal(o.GetFinalizers(), n.GetFinalizers())
+	}},
+)
 
 // setupNamespaces watches namespaces: label changes move objects in and out of cluster policies'
 // namespace selectors, and a namespace's deletion changes where runs go and when its policies
@@ -78,7 +91,7 @@ func (e *Engine) setupNamespaces(mgr manager.Manager) error {
 // setupTargets runs the target controller; the dynamic watches feed its queue (see route).
 func (e *Engine) setupTargets(mgr manager.Manager) error {
 	tc, err := controller.NewTyped[TargetKey]("target", mgr, controller.TypedOptions[TargetKey]{
-		Reconciler:              &targetReconciler{Engine: e},
+		Reconciler:              requeueConflicts[TargetKey](&targetReconciler{Engine: e}),
 		MaxConcurrentReconciles: e.opts.TargetWorkers,
 	})
 	if err != nil {
@@ -111,5 +124,5 @@ func (e *Engine) setupRuns(mgr manager.Manager) error {
 		))).
 		WatchesRawSource(e.runs.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: e.opts.RunWorkers}).
-		Complete(&runReconciler{Engine: e})
+		Complete(requeueConflicts[reconcile.Request](&runReconciler{Engine: e}))
 }

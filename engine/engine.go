@@ -230,19 +230,20 @@ func (e *Engine) enqueueTargets(gvk schema.GroupVersionKind, namespace string) {
 	}
 }
 
-// runsOfTarget returns the cached runs of a target.
+// runsOfTarget returns the cached runs of a target. They are the cache's own objects (no deep
+// copy: a policy recount reads every run of the policy): callers only read them.
 func (e *Engine) runsOfTarget(ctx context.Context, uid types.UID) []v1alpha1.TeardownRun {
 	var list v1alpha1.TeardownRunList
-	if err := e.client.List(ctx, &list, client.MatchingFields{indexTargetUID: string(uid)}); err != nil {
+	if err := e.client.List(ctx, &list, client.MatchingFields{indexTargetUID: string(uid)}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
 	return list.Items
 }
 
-// runsOfPolicy returns the cached runs of a policy.
+// runsOfPolicy returns the cached runs of a policy; like runsOfTarget, read only.
 func (e *Engine) runsOfPolicy(ctx context.Context, key policy.Key) ([]v1alpha1.TeardownRun, error) {
 	var list v1alpha1.TeardownRunList
-	if err := e.client.List(ctx, &list, client.MatchingFields{indexPolicy: key.String()}); err != nil {
+	if err := e.client.List(ctx, &list, client.MatchingFields{indexPolicy: key.String()}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	return list.Items, nil

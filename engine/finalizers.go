@@ -49,12 +49,18 @@ func (e *Engine) writeFinalizers(ctx context.Context, gvk schema.GroupVersionKin
 // conflictRetry is how soon a reconcile that lost a write race runs again, with fresh data.
 const conflictRetry = 200 * time.Millisecond
 
-// requeueOnConflict retries soon after a conflict, and not at all otherwise.
-func requeueOnConflict(err error) reconcile.Result {
-	if apierrors.IsConflict(err) {
-		return reconcile.Result{RequeueAfter: conflictRetry}
-	}
-	return reconcile.Result{}
+// requeueConflicts makes a reconciler's lost write races (409 Conflict: someone else wrote the
+// object since it was read) a quick, quiet requeue with fresh data. They are the normal cost of
+// optimistic locking, not failures to log and back off from; in one place, every reconciler can
+// return them as the errors they are.
+func requeueConflicts[T comparable](r reconcile.TypedReconciler[T]) reconcile.TypedReconciler[T] {
+	return reconcile.TypedFunc[T](func(ctx context.Context, req T) (reconcile.Result, error) {
+		res, err := r.Reconcile(ctx, req)
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return res, err
+	})
 }
 
 // maxConflictRetries bounds the immediate re-reads when a finalizer removal races other writers;

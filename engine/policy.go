@@ -196,9 +196,6 @@ func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, c
 func (r *policyReconciler) letGo(ctx context.Context, v policy.View) (reconcile.Result, error) {
 	kept := slices.DeleteFunc(slices.Clone(v.Object.GetFinalizers()), func(f string) bool { return f == v1alpha1.FinalizerPolicy })
 	if _, err := r.writePolicyFinalizers(ctx, v.Object, kept); err != nil {
-		if apierrors.IsConflict(err) {
-			return reconcile.Result{RequeueAfter: conflictRetry}, nil
-		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	r.forget(v.Key)
@@ -273,8 +270,8 @@ func (r *policyReconciler) writeStatus(ctx context.Context, v policy.View, cache
 	// Update a copy: the client decodes the reply into the object it sends, reusing its maps, and
 	// the compiled policy in the registry shares v.Object's spec with target workers.
 	if err := r.client.Status().Update(ctx, v.Object.DeepCopyObject().(client.Object)); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil // gone meanwhile: look again
 		}
 		return reconcile.Result{}, fmt.Errorf("writing status: %w", err)
 	}

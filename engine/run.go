@@ -52,10 +52,7 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	p.out = pipeline.Advance(ctx, p.run, facts)
 	if err := r.commit(ctx, p); err != nil {
 		r.written.set(req.NamespacedName, unknownVersion)
-		if apierrors.IsConflict(err) {
-			return reconcile.Result{RequeueAfter: conflictRetry}, nil
-		}
-		return reconcile.Result{}, err
+		return reconcile.Result{}, fmt.Errorf("writing status: %w", err)
 	}
 	res := reconcile.Result{RequeueAfter: p.out.RequeueAfter}
 	r.apply(ctx, p, &res)

@@ -51,7 +51,7 @@ func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) 
 		m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
 		rv, err := r.patchOutFinalizer(ctx, m.GroupVersionKind(), m, v1alpha1.FinalizerRun)
 		if err != nil {
-			if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+			if apierrors.IsInvalid(err) { // the patch's test failed: the list moved; read it again
 				return reconcile.Result{RequeueAfter: conflictRetry}, nil
 			}
 			return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -70,7 +70,7 @@ func (r *runReconciler) expire(ctx context.Context, run *v1alpha1.TeardownRun) (
 		m := &metav1.PartialObjectMetadata{ObjectMeta: run.ObjectMeta}
 		m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
 		if _, err := r.patchOutFinalizer(ctx, m.GroupVersionKind(), m, v1alpha1.FinalizerRun); err != nil {
-			if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+			if apierrors.IsInvalid(err) { // the patch's test failed: the list moved; read it again
 				return reconcile.Result{RequeueAfter: conflictRetry}, nil
 			}
 			return reconcile.Result{}, client.IgnoreNotFound(err)

@@ -76,9 +76,8 @@ func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj
 		return reconcile.Result{}, nil
 	}
 	if _, err := r.writeFinalizers(ctx, key.GVK, obj, next); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			// Someone else wrote the object, or it went: the informer brings the new version.
-			return requeueOnConflict(err), nil
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil // it went: nothing to protect
 		}
 		return reconcile.Result{}, fmt.Errorf("writing finalizers of %s: %w", key, err)
 	}
