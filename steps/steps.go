@@ -60,6 +60,13 @@ const (
 	ScopeCluster
 )
 
+// VariableDeclarer is implemented by kinds that bind CEL variables of their own in some of their
+// expressions (an http step's response, a job step's job), so that no name a policy chooses (a
+// wait step's lookup) can take them.
+type VariableDeclarer interface {
+	Variables() []string
+}
+
 // OutputDeclarer is implemented by kinds whose steps have outputs, so that the expressions of
 // later steps are checked against the keys a step really has.
 type OutputDeclarer interface {

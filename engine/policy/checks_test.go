@@ -134,6 +134,8 @@ func TestCompileCatchesBeforeDeletion(t *testing.T) {
 			[]string{"spec.steps[0].when", `run.atempt: run has no field "atempt"`}},
 		{"lookup of a cluster-scoped kind", namespaced("ConfigMap", waitUntil("w", "size(nodes) == 0", v1alpha1.Lookup{Name: "nodes", APIVersion: "v1", Kind: "Node"})),
 			[]string{"spec.steps[0].wait.lookups[0].kind: Forbidden: Node is cluster-scoped"}},
+		{"lookup named like a kind's variable", namespaced("ConfigMap", waitUntil("w", "size(response) == 0", v1alpha1.Lookup{Name: "response", APIVersion: "v1", Kind: "Pod"})),
+			[]string{`spec.steps[0].wait.lookups[0].name: Invalid value: "response": is a built-in variable name`}},
 		{"lookup of a namespaced kind", namespaced("ConfigMap", waitUntil("w", "size(pods) == 0", v1alpha1.Lookup{Name: "pods", APIVersion: "v1", Kind: "Pod"})), nil},
 		{"lookup of a kind not served yet", namespaced("ConfigMap", waitUntil("w", "size(xs) == 0", v1alpha1.Lookup{Name: "xs", APIVersion: "example.com/v1", Kind: "Widget"})), nil},
 		{"cluster policy may look up nodes", cluster("ConfigMap", waitUntil("w", "size(nodes) == 0", v1alpha1.Lookup{Name: "nodes", APIVersion: "v1", Kind: "Node"})), nil},

@@ -152,6 +152,11 @@ const maxCached = 4096
 // a kind namespaced (an error: it cannot tell); nil compiles without a cluster, leaving to run
 // time what only discovery knows.
 func NewCompiler(env *expr.Env, kinds steps.Registry, scope func(schema.GroupVersionKind) (bool, error)) *Compiler {
+	for _, k := range kinds {
+		if d, ok := k.(steps.VariableDeclarer); ok {
+			env = env.Reserve(d.Variables()...)
+		}
+	}
 	return &Compiler{env: env, kinds: kinds, scope: scope, cache: map[pipelineKey]*Pipeline{}}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -27,11 +28,26 @@ const (
 	VarRun = "run"
 )
 
-// reserved lists the names no policy may bind: the built-in variables and those later step kinds use.
-var reserved = map[string]bool{VarObject: true, VarSteps: true, VarRun: true, "response": true, "job": true, "now": true}
+// builtins are the names every environment reserves: its own variables, and "now", kept for a
+// later clock variable. Step kinds reserve theirs with Reserve.
+var builtins = []string{VarObject, VarSteps, VarRun, "now"}
 
-// Reserved reports whether name is a built-in variable name.
-func Reserved(name string) bool { return reserved[name] }
+// Reserve returns an environment in which names (variables step kinds bind, such as an http
+// step's response) cannot be taken by a policy's own names (a wait step's lookups).
+func (e *Env) Reserve(names ...string) *Env {
+	out := *e
+	out.reserved = make(map[string]bool, len(e.reserved)+len(names))
+	for n := range e.reserved {
+		out.reserved[n] = true
+	}
+	for _, n := range names {
+		out.reserved[n] = true
+	}
+	return &out
+}
+
+// Reserved reports whether name is a built-in variable name or one a step kind reserved.
+func (e *Env) Reserved(name string) bool { return e.reserved[name] || slices.Contains(builtins, name) }
 
 // CostLimit bounds the work of one evaluation, in CEL cost units (about one per elementary
 // operation); the Kubernetes API server uses the same order of magnitude for CRD validation rules.
@@ -63,6 +79,8 @@ type Env struct {
 	scope *StepScope
 	// untyped declares object variables dynamic (see Untyped).
 	untyped bool
+	// reserved are the names step kinds bind (see Reserve).
+	reserved map[string]bool
 }
 
 // RunType is the type of `run`, and StepType of one entry of `steps`: maps, so that index forms
@@ -92,7 +110,7 @@ func NewEnv() (*Env, error) {
 func (e *Env) Extend(lists []string, dyns []string) (*Env, error) {
 	var vars []Var
 	for _, n := range lists {
-		if Reserved(n) {
+		if e.Reserved(n) {
 			return nil, fmt.Errorf("variable name %q is reserved", n)
 		}
 		vars = append(vars, Var{n, ListOf(Dyn)})

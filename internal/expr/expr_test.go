@@ -67,10 +67,14 @@ func TestReserved(t *testing.T) {
 		{"", false},
 		{"objects", false},
 	}
+	env := newEnv(t).Reserve("response", "job")
 	for _, tt := range tests {
-		if got := Reserved(tt.name); got != tt.want {
+		if got := env.Reserved(tt.name); got != tt.want {
 			t.Errorf("Reserved(%q) = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+	if newEnv(t).Reserved("response") {
+		t.Error("response is reserved by the http step kind, not by expr")
 	}
 }
 
@@ -417,7 +421,7 @@ func TestExtend(t *testing.T) {
 }
 
 func TestExtendReserved(t *testing.T) {
-	env := newEnv(t)
+	env := newEnv(t).Reserve("response", "job")
 	for _, name := range []string{"object", "steps", "run", "response", "job", "now"} {
 		got, err := env.Extend([]string{"pods", name}, nil)
 		if err == nil {

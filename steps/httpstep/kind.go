@@ -47,6 +47,9 @@ var ResponseType = expr.ObjectType("teardown.HTTPResponse", map[string]expr.Type
 	"status": expr.Int, "headers": expr.MapOf(expr.String), "body": expr.Dyn,
 })
 
+// Variables implements steps.VariableDeclarer.
+func (*Kind) Variables() []string { return []string{VarResponse} }
+
 // Outputs implements steps.OutputDeclarer.
 func (*Kind) Outputs(s *v1alpha1.Step) []string {
 	return slices.Sorted(maps.Keys(s.HTTP.Outputs))

@@ -90,6 +90,9 @@ const (
 	OutputJobNamespace = "jobNamespace"
 )
 
+// Variables implements steps.VariableDeclarer.
+func (*Kind) Variables() []string { return []string{VarJob} }
+
 // Outputs implements steps.OutputDeclarer.
 func (*Kind) Outputs(*v1alpha1.Step) []string {
 	return []string{OutputJobName, OutputJobNamespace}

@@ -124,7 +124,7 @@ func (k *Kind) compileLookups(cc steps.CompileContext, ls []v1alpha1.Lookup, p *
 	seen := map[string]bool{}
 	for i, l := range ls {
 		lp := p.Index(i)
-		if expr.Reserved(l.Name) {
+		if cc.Env.Reserved(l.Name) {
 			errs = append(errs, field.Invalid(lp.Child("name"), l.Name, "is a built-in variable name"))
 		}
 		if seen[l.Name] {
