@@ -36,7 +36,7 @@ func (e *Engine) setupControllers(mgr manager.Manager) error {
 // setupPolicies watches both kinds of policy, and their runs for the counts in their status.
 func (e *Engine) setupPolicies(mgr manager.Manager) error {
 	for kind, obj := range map[string]client.Object{policy.KindNamespaced: &v1alpha1.TeardownPolicy{}, policy.KindCluster: &v1alpha1.ClusterTeardownPolicy{}} {
-		r := &policyReconciler{Engine: e, kind: kind}
+		r := &policyReconciler{Engine: e, kind: kind, statusWritten: newWrittenVersions()}
 		err := builder.ControllerManagedBy(mgr).
 			Named(kind).
 			// The policy's own status writes must not wake it: each would recount and write again

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -37,6 +38,9 @@ const (
 type policyReconciler struct {
 	*Engine
 	kind string
+	// statusWritten are the versions of this kind's policies as their last status write left
+	// them.
+	statusWritten *writtenVersions
 }
 
 func (r *policyReconciler) newObject() client.Object {
@@ -49,7 +53,13 @@ func (r *policyReconciler) newObject() client.Object {
 func (r *policyReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := policy.Key{Kind: r.kind, Namespace: req.Namespace, Name: req.Name}
 	cached := r.newObject()
-	if err := r.client.Get(ctx, req.NamespacedName, cached); err != nil {
+	err := r.client.Get(ctx, req.NamespacedName, cached)
+	if err == nil && r.statusWritten.stale(req.NamespacedName, cached.GetResourceVersion()) {
+		// The cache lacks this reconciler's last status write (policies ignore their own status
+		// events): comparing against it could skip a write the API server needs.
+		err = r.reader.Get(ctx, req.NamespacedName, cached)
+	}
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(key)
 			return reconcile.Result{}, nil
@@ -204,6 +214,7 @@ func (r *policyReconciler) letGo(ctx context.Context, v policy.View) (reconcile.
 
 // forget drops a policy that is gone.
 func (r *policyReconciler) forget(key policy.Key) {
+	r.statusWritten.forget(types.NamespacedName{Namespace: key.Namespace, Name: key.Name})
 	if prev := r.registry.Delete(key); prev != nil {
 		r.enqueueTargets(prev.GVK, key.Namespace)
 		r.watches.Release(prev.GVK, consumerOf(key))
@@ -269,12 +280,15 @@ func (r *policyReconciler) writeStatus(ctx context.Context, v policy.View, cache
 	// counts that stay 0, and `kubectl get` would show them blank instead of 0.
 	// Update a copy: the client decodes the reply into the object it sends, reusing its maps, and
 	// the compiled policy in the registry shares v.Object's spec with target workers.
-	if err := r.client.Status().Update(ctx, v.Object.DeepCopyObject().(client.Object)); err != nil {
+	written := v.Object.DeepCopyObject().(client.Object)
+	if err := r.client.Status().Update(ctx, written); err != nil {
+		r.statusWritten.set(client.ObjectKeyFromObject(written), unknownVersion)
 		if apierrors.IsNotFound(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil // gone meanwhile: look again
 		}
 		return reconcile.Result{}, fmt.Errorf("writing status: %w", err)
 	}
+	r.statusWritten.set(client.ObjectKeyFromObject(written), written.GetResourceVersion())
 	return res, nil
 }
 

@@ -88,7 +88,7 @@ func (r *runReconciler) read(ctx context.Context, cached *v1alpha1.TeardownRun) 
 	}
 	p.target, facts.TargetGone = target, target == nil
 	facts.BreakGlass = r.breakGlass(cached, target)
-	if !cached.Status.Phase.Finished() || facts.Retry != "" {
+	if facts.Rejected == nil && (!cached.Status.Phase.Finished() || facts.Retry != "") {
 		p.pipe, facts.CompileErr = r.compiler.PipelineForRun(cached)
 		facts.Pipeline = p.pipe
 	}
@@ -233,8 +233,12 @@ func (r *runReconciler) readTarget(ctx context.Context, key TargetKey, uid types
 	live := metaRef(key.GVK, key.Namespace, key.Name)
 	err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, live)
 	switch {
-	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+	case apierrors.IsNotFound(err):
 		return nil, nil
+	case meta.IsNoMatchError(err):
+		// Not served (a CRD without this version, for now): the object may well still be there.
+		// Nothing is decided on it; the run waits with backoff until the kind is served again.
+		return nil, fmt.Errorf("reading target %s: its kind is not served: %w", key, err)
 	case err != nil:
 		return nil, fmt.Errorf("reading target %s: %w", key, err)
 	case live.UID != uid:

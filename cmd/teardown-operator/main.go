@@ -35,42 +35,54 @@ func main() {
 	}
 }
 
-func run() error {
-	var (
-		metricsAddr, probeAddr, leaderNS, runNS string
-		leaderElect                             bool
-		targetWorkers, runWorkers               int
-		retention, stuckAfter, resync           time.Duration
-		qps                                     float64
-		burst, httpInFlight                     int
-		httpInlineWait                          time.Duration
-		httpAllowed                             string
-	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
-	flag.BoolVar(&leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
-	flag.StringVar(&leaderNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the run namespace).")
-	flag.StringVar(&runNS, "run-namespace", envOr("POD_NAMESPACE", "teardown-system"),
-		"Namespace for the TeardownRuns of cluster-scoped targets and of targets whose namespace is being deleted.")
-	flag.IntVar(&targetWorkers, "target-workers", 8, "Targets reconciled concurrently (finalizers, run creation).")
-	flag.IntVar(&runWorkers, "run-workers", 16, "Runs reconciled concurrently (pipeline steps).")
-	flag.DurationVar(&retention, "run-retention", 7*24*time.Hour, "How long finished TeardownRuns are kept; 0 keeps them forever.")
-	flag.DurationVar(&stuckAfter, "stuck-after", 15*time.Minute, "How long a run may be unfinished before the teardown_runs_stuck gauge counts it.")
-	flag.DurationVar(&resync, "resync-period", 10*time.Hour, "Resync period of the target watches.")
-	flag.Float64Var(&qps, "kube-api-qps", -1, "Client-side limit on API requests per second; negative disables it and leaves fairness to the API server (API Priority and Fairness).")
-	flag.IntVar(&burst, "kube-api-burst", 0, "Client-side burst of API requests, when --kube-api-qps is positive.")
-	flag.StringVar(&httpAllowed, "http-allowed-destinations", "",
+// options are the operator's flags.
+type options struct {
+	metricsAddr, probeAddr, leaderNS, runNS string
+	leaderElect                             bool
+	targetWorkers, runWorkers               int
+	retention, stuckAfter, resync           time.Duration
+	qps                                     float64
+	burst, httpInFlight                     int
+	httpInlineWait                          time.Duration
+	httpAllowed                             string
+	zap                                     zap.Options
+}
+
+// parseFlags reads the command line into options.
+func parseFlags() *options {
+	o := &options{}
+	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
+	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
+	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
+	flag.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the run namespace).")
+	flag.StringVar(&o.runNS, "run-namespace", envOr("POD_NAMESPACE", "teardown-system"),
+		"Namespace for the TeardownRuns of cluster-scoped targets and of targets whose namespace is being deleted. It must exist.")
+	flag.IntVar(&o.targetWorkers, "target-workers", 8, "Targets reconciled concurrently (finalizers, run creation).")
+	flag.IntVar(&o.runWorkers, "run-workers", 16, "Runs reconciled concurrently (pipeline steps).")
+	flag.DurationVar(&o.retention, "run-retention", 7*24*time.Hour, "How long finished TeardownRuns are kept; 0 keeps them forever.")
+	flag.DurationVar(&o.stuckAfter, "stuck-after", 15*time.Minute,
+		"How long a run may be unfinished (or failed and keeping its object) before it counts as stuck (teardown_runs_stuck, status.stuckRuns).")
+	flag.DurationVar(&o.resync, "resync-period", 10*time.Hour, "Resync period of the target watches.")
+	flag.Float64Var(&o.qps, "kube-api-qps", -1, "Client-side limit on API requests per second; negative disables it and leaves fairness to the API server (API Priority and Fairness).")
+	flag.IntVar(&o.burst, "kube-api-burst", 0, "Client-side burst of API requests, when --kube-api-qps is positive.")
+	flag.StringVar(&o.httpAllowed, "http-allowed-destinations", "",
 		"Comma-separated IP addresses or CIDR ranges, each optionally with :port (\"10.20.0.0/16\", \"127.0.0.1:8443\", \"[fd00::1]:443\"), "+
 			"that http steps of TeardownPolicies may reach although they are loopback, link-local, private or the API server. "+
 			"ClusterTeardownPolicies are not restricted.")
-	flag.IntVar(&httpInFlight, "http-max-in-flight", httpstep.DefaultMaxInFlight, "HTTP requests of http steps running at once; more wait for a free slot.")
-	flag.DurationVar(&httpInlineWait, "http-inline-wait", httpstep.DefaultInlineWait,
+	flag.IntVar(&o.httpInFlight, "http-max-in-flight", httpstep.DefaultMaxInFlight, "HTTP requests of http steps running at once; more wait for a free slot.")
+	flag.DurationVar(&o.httpInlineWait, "http-inline-wait", httpstep.DefaultInlineWait,
 		"How long a reconcile waits for an http step's response before it frees its worker; a later response wakes the run. 0 never waits.")
-	zopts := zap.Options{}
-	zopts.BindFlags(flag.CommandLine)
+	o.zap.BindFlags(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
+	if o.leaderNS == "" {
+		o.leaderNS = o.runNS
+	}
+	return o
+}
 
+func run() error {
+	o := parseFlags()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -82,54 +94,57 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	cfg.QPS, cfg.Burst = float32(qps), burst
+	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	cfg.UserAgent = "teardown-operator"
-	if leaderNS == "" {
-		leaderNS = runNS
+	httpOpts, err := httpOptions(o.httpAllowed, o.httpInFlight, cfg.Host)
+	if err != nil {
+		return err
 	}
+	httpOpts.InlineWait = o.httpInlineWait
+	if o.httpInlineWait <= 0 {
+		httpOpts.InlineWait = -1 // httpstep.Options: negative is "never", 0 the default
+	}
+	ctx := ctrl.SetupSignalHandler()
+	if err := checkNamespace(ctx, cfg, scheme, o.runNS); err != nil {
+		return err
+	}
+	mgr, err := newManager(ctx, cfg, scheme, o, httpOpts)
+	if err != nil {
+		return err
+	}
+	ctrl.Log.Info("starting", "runNamespace", o.runNS, "targetWorkers", o.targetWorkers, "runWorkers", o.runWorkers)
+	return mgr.Start(ctx)
+}
+
+// newManager builds the manager with the engine, its step kinds and the health checks.
+func newManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o *options, httpOpts httpstep.Options) (ctrl.Manager, error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         builtin.CacheOptions(),
-		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:        probeAddr,
-		LeaderElection:                leaderElect,
+		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:        o.probeAddr,
+		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              "teardown-operator.teardown.dev",
-		LeaderElectionNamespace:       leaderNS,
+		LeaderElectionNamespace:       o.leaderNS,
 		LeaderElectionReleaseOnCancel: true,
 	})
 	if err != nil {
-		return fmt.Errorf("creating manager: %w", err)
-	}
-	httpOpts, err := httpOptions(httpAllowed, httpInFlight, cfg.Host)
-	if httpInlineWait <= 0 {
-		httpInlineWait = -1 // httpstep.Options: negative is "never", 0 the default
-	}
-	httpOpts.InlineWait = httpInlineWait
-	if err != nil {
-		return err
-	}
-	ctx := ctrl.SetupSignalHandler()
-	if err := checkNamespace(ctx, cfg, scheme, runNS); err != nil {
-		return err
+		return nil, fmt.Errorf("creating manager: %w", err)
 	}
 	if _, err := engine.Setup(ctx, mgr, engine.Options{
-		RunNamespace:  runNS,
-		TargetWorkers: targetWorkers,
-		RunWorkers:    runWorkers,
-		RunRetention:  retention,
-		StuckAfter:    stuckAfter,
-		Resync:        resync,
+		RunNamespace:  o.runNS,
+		TargetWorkers: o.targetWorkers,
+		RunWorkers:    o.runWorkers,
+		RunRetention:  o.retention,
+		StuckAfter:    o.stuckAfter,
+		Resync:        o.resync,
 	}, builtin.Kinds(builtin.Options{HTTP: httpOpts})...); err != nil {
-		return err
+		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return err
+		return nil, err
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		return err
-	}
-	ctrl.Log.Info("starting", "runNamespace", runNS, "targetWorkers", targetWorkers, "runWorkers", runWorkers)
-	return mgr.Start(ctx)
+	return mgr, mgr.AddReadyzCheck("readyz", healthz.Ping)
 }
 
 // httpOptions reads the http step's flags. The API server is refused for TeardownPolicies by its

@@ -1,8 +1,8 @@
 // Package pipeline is a run's state machine with no client: given a run, its compiled pipeline,
 // the time and what the engine read of the world (Facts), Advance edits the run's status and
 // returns the effects the engine applies once that status is written: events, metric
-// observations, attempts to release, kinds to watch, and when to come back. The operator and the
-// CLI run the same code; step actions are the only way out of it.
+// observations, attempts to release, kinds to watch, and when to come back. It needs no client,
+// so it runs offline as well as in the operator; step actions are its only way out.
 package pipeline
 
 import (
@@ -215,6 +215,8 @@ func (p *pass) abandon(who string) {
 // reconcile completes the release.
 func (p *pass) finish(phase v1alpha1.RunPhase, msg string) {
 	st := &p.run.Status
+	// A run that ended before (abandoned after failing) was observed when it ended.
+	observe := !st.Phase.Finished()
 	release := phase.Releases(p.run.Spec.Pipeline.FailurePolicy) && p.f.Rejected == nil
 	now := metav1.NewTime(p.now)
 	st.Phase, st.Message, st.CompletionTime = phase, msg, &now
@@ -232,7 +234,7 @@ func (p *pass) finish(phase v1alpha1.RunPhase, msg string) {
 		p.note(true, v1alpha1.ReasonFailed, "Teardown failed (%s); failurePolicy Retain keeps the object: fix the cause and annotate run %s with %s to resume at the failed step, or set annotation %s on the object to release it without the rest of the cleanup",
 			msg, p.run.Name, v1alpha1.AnnotationRetry, v1alpha1.AnnotationAbandon)
 	}
-	if st.StartTime != nil {
+	if st.StartTime != nil && observe {
 		p.observe(Observation{Metric: PipelineDuration, Phase: string(phase), Since: st.StartTime.Time})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -221,7 +222,9 @@ func (c *Compiler) PipelineForRun(run *v1alpha1.TeardownRun) (*Pipeline, error) 
 	c.mu.Lock()
 	p, ok := c.cache[key]
 	c.mu.Unlock()
-	if ok {
+	// The key comes from the run's own spec: only a pipeline that is the run's is reused, so a
+	// hand-made run cannot put its steps in place of a policy's.
+	if ok && equality.Semantic.DeepEqual(p.Spec, &run.Spec.Pipeline) {
 		return p, nil
 	}
 	ns := ""

@@ -210,17 +210,32 @@ func (k *Kind) Compile(cc steps.CompileContext, s *v1alpha1.Step, path *field.Pa
 	if h.TLS != nil {
 		errs = append(errs, a.compileTLS(cc, h.TLS, p.Child("tls"))...)
 	}
+	errs = append(errs, a.compileResponse(cc, h, p)...)
+	if h.Poll != nil {
+		if h.SuccessCondition == "" {
+			errs = append(errs, field.Required(p.Child("successCondition"), "poll needs a successCondition: the step polls while it is false"))
+		}
+		if a.poll = h.Poll.Interval.Duration; a.poll < time.Second {
+			errs = append(errs, field.Invalid(p.Child("poll", "interval"), a.poll.String(), "must be at least 1s"))
+		}
+	}
+	return a, errs
+}
+
+// compileResponse compiles successCondition and outputs, over the typed response.
+func (a *action) compileResponse(cc steps.CompileContext, h *v1alpha1.HTTPStep, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	respEnv, err := cc.Env.Declare(expr.Var{Name: VarResponse, Type: ResponseType})
 	if err != nil {
-		return nil, append(errs, field.InternalError(p, err))
+		return field.ErrorList{field.InternalError(p, err)}
 	}
 	if h.SuccessCondition != "" {
 		if a.success, err = respEnv.CompileCondition(h.SuccessCondition); err != nil {
 			errs = append(errs, field.Invalid(p.Child("successCondition"), h.SuccessCondition, err.Error()))
 		}
 	}
-	if len(h.Outputs) > 16 {
-		errs = append(errs, field.TooMany(p.Child("outputs"), len(h.Outputs), 16))
+	if len(h.Outputs) > maxOutputs {
+		errs = append(errs, field.TooMany(p.Child("outputs"), len(h.Outputs), maxOutputs))
 	}
 	a.outputs = map[string]*expr.Program{}
 	for _, name := range slices.Sorted(maps.Keys(h.Outputs)) {
@@ -234,16 +249,11 @@ func (k *Kind) Compile(cc steps.CompileContext, s *v1alpha1.Step, path *field.Pa
 			errs = append(errs, field.Invalid(op, string(src), err.Error()))
 		}
 	}
-	if h.Poll != nil {
-		if h.SuccessCondition == "" {
-			errs = append(errs, field.Required(p.Child("successCondition"), "poll needs a successCondition: the step polls while it is false"))
-		}
-		if a.poll = h.Poll.Interval.Duration; a.poll < time.Second {
-			errs = append(errs, field.Invalid(p.Child("poll", "interval"), a.poll.String(), "must be at least 1s"))
-		}
-	}
-	return a, errs
+	return errs
 }
+
+// maxOutputs bounds a step's outputs, as the CRD does: each is evaluated on every success.
+const maxOutputs = 16
 
 func (a *action) compileTLS(cc steps.CompileContext, t *v1alpha1.HTTPTLS, path *field.Path) field.ErrorList {
 	var errs field.ErrorList

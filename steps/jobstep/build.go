@@ -97,27 +97,7 @@ func (a *action) build(ctx context.Context, in *steps.Input) (*batchv1.Job, erro
 		return nil, err
 	}
 	job.Annotations[annotationTTL] = strconv.Itoa(int(a.ttl))
-	own := ownLabels(in.Run, a.step, attempt)
-	for k, v := range own {
-		job.Labels[k] = v
-	}
-	pod := &job.Spec.Template
-	if pod.Labels == nil {
-		pod.Labels = map[string]string{}
-	}
-	for k, v := range own {
-		pod.Labels[k] = v
-	}
-	if pod.Spec.RestartPolicy == "" {
-		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
-	}
-	env := runEnv(in.Run, a.step, attempt)
-	for i := range pod.Spec.InitContainers {
-		pod.Spec.InitContainers[i].Env = withEnv(pod.Spec.InitContainers[i].Env, env)
-	}
-	for i := range pod.Spec.Containers {
-		pod.Spec.Containers[i].Env = withEnv(pod.Spec.Containers[i].Env, env)
-	}
+	stamp(job, ownLabels(in.Run, a.step, attempt), runEnv(in.Run, a.step, attempt))
 	// The Job ends before its step: the Job controller fails it (DeadlineExceeded) a little
 	// before the step's deadline, so the step still records why, with the pod's log, instead of
 	// timing out blind.
@@ -135,6 +115,30 @@ func (a *action) build(ctx context.Context, in *steps.Input) (*batchv1.Job, erro
 		}}
 	}
 	return job, nil
+}
+
+// stamp puts the run's labels on the Job and its pods, and the run's variables in every
+// container's environment; pods default to restartPolicy Never, so a failed pod is the Job's to retry.
+func stamp(job *batchv1.Job, own map[string]string, env []corev1.EnvVar) {
+	for k, v := range own {
+		job.Labels[k] = v
+	}
+	pod := &job.Spec.Template
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	for k, v := range own {
+		pod.Labels[k] = v
+	}
+	if pod.Spec.RestartPolicy == "" {
+		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	}
+	for i := range pod.Spec.InitContainers {
+		pod.Spec.InitContainers[i].Env = withEnv(pod.Spec.InitContainers[i].Env, env)
+	}
+	for i := range pod.Spec.Containers {
+		pod.Spec.Containers[i].Env = withEnv(pod.Spec.Containers[i].Env, env)
+	}
 }
 
 // jobDeadline is the activeDeadlineSeconds for a Job whose step has left time before its
