@@ -36,7 +36,9 @@ func (e *Engine) setupControllers(mgr manager.Manager) error {
 // setupPolicies watches both kinds of policy, and their runs for the counts in their status.
 func (e *Engine) setupPolicies(mgr manager.Manager) error {
 	for kind, obj := range map[string]client.Object{policy.KindNamespaced: &v1alpha1.TeardownPolicy{}, policy.KindCluster: &v1alpha1.ClusterTeardownPolicy{}} {
-		r := &policyReconciler{Engine: e, kind: kind, statusWritten: newWrittenVersions()}
+		r := &policyReconciler{kind: kind, client: e.client, reader: e.reader, registry: e.registry, compiler: e.compiler,
+			watches: e.watches, metrics: e.metrics, matchErrs: e.matchErrs, stuckAfter: e.opts.StuckAfter,
+			fin: e.fin, reads: e.reads, wake: e.wake, statusWritten: newWrittenVersions()}
 		err := builder.ControllerManagedBy(mgr).
 			Named(kind).
 			// The policy's own status writes must not wake it: each would recount and write again
@@ -44,7 +46,7 @@ func (e *Engine) setupPolicies(mgr manager.Manager) error {
 			// folded to one a second (see recount).
 			For(obj, builder.WithPredicates(specOrLifecycleChanged)).
 			Watches(&v1alpha1.TeardownRun{}, e.recountOnRuns(kind)).
-			WatchesRawSource(e.policies[kind].source()).
+			WatchesRawSource(e.wake.policies[kind].source()).
 			WithOptions(controller.Options{MaxConcurrentReconciles: policyWorkers}).
 			Complete(requeueConflicts[reconcile.Request](r))
 		if err != nil {
@@ -91,13 +93,15 @@ func (e *Engine) setupNamespaces(mgr manager.Manager) error {
 // setupTargets runs the target controller; the dynamic watches feed its queue (see route).
 func (e *Engine) setupTargets(mgr manager.Manager) error {
 	tc, err := controller.NewTyped[TargetKey]("target", mgr, controller.TypedOptions[TargetKey]{
-		Reconciler:              requeueConflicts[TargetKey](&targetReconciler{Engine: e}),
+		Reconciler: requeueConflicts[TargetKey](&targetReconciler{client: e.client, reader: e.reader, registry: e.registry,
+			watches: e.watches, events: e.events, matchErrs: e.matchErrs, runNamespace: e.opts.RunNamespace,
+			fin: e.fin, reads: e.reads, wake: e.wake}),
 		MaxConcurrentReconciles: e.opts.TargetWorkers,
 	})
 	if err != nil {
 		return fmt.Errorf("target controller: %w", err)
 	}
-	return tc.Watch(e.targets.source())
+	return tc.Watch(e.wake.targets.source())
 }
 
 // setupRuns runs the run controller, woken by the objects steps create for runs (Jobs) too.
@@ -122,7 +126,10 @@ func (e *Engine) setupRuns(mgr manager.Manager) error {
 					n.GetAnnotations()[v1alpha1.AnnotationRetry] != "" && o.GetAnnotations()[v1alpha1.AnnotationRetry] != n.GetAnnotations()[v1alpha1.AnnotationRetry]
 			}},
 		))).
-		WatchesRawSource(e.runs.source()).
+		WatchesRawSource(e.wake.runs.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: e.opts.RunWorkers}).
-		Complete(requeueConflicts[reconcile.Request](&runReconciler{Engine: e}))
+		Complete(requeueConflicts[reconcile.Request](&runReconciler{client: e.client, reader: e.reader, registry: e.registry,
+			compiler: e.compiler, watches: e.watches, events: e.events, metrics: e.metrics, written: e.written,
+			lookups: e.lookups, kinds: e.kinds, runNamespace: e.opts.RunNamespace, retention: e.opts.RunRetention,
+			fin: e.fin, wake: e.wake}))
 }

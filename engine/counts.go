@@ -25,19 +25,6 @@ import (
 // objects change at once.
 const recountDelay = time.Second
 
-// recount queues a status recount of the policy that owns finalizer on objects in namespace ns.
-func (e *Engine) recount(finalizer, ns string) {
-	if pkey, ok := e.registry.ForFinalizer(finalizer, ns); ok {
-		e.recountPolicy(pkey)
-	}
-}
-
-func (e *Engine) recountPolicy(pkey policy.Key) {
-	if q := e.policies[pkey.Kind]; q != nil {
-		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pkey.Namespace, Name: pkey.Name}}, recountDelay)
-	}
-}
-
 // recountOnFinalizers queues the recount of every policy whose finalizer a target event added,
 // removed, or took away with the object, whoever made the change.
 func (e *Engine) recountOnFinalizers(ev watch.Event) {
@@ -52,7 +39,7 @@ func (e *Engine) recountOnFinalizers(ev watch.Event) {
 	}
 	for _, f := range symmetricDiff(before, after) {
 		if naming.IsOurs(f) {
-			e.recount(f, ev.Object.Namespace)
+			e.wake.recount(f, ev.Object.Namespace)
 		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
@@ -55,12 +54,12 @@ type Engine struct {
 	events   *eventSink
 	metrics  *metrics
 
-	targets  queueRef[TargetKey]
-	runs     queueRef[reconcile.Request]
-	policies map[string]*queueRef[reconcile.Request]
-	lookups  *interest
-	written  *writtenVersions
-	kinds    steps.Registry
+	wake    *wakeups
+	reads   clusterReads
+	fin     *finalizerWriter
+	lookups *interest
+	written *writtenVersions
+	kinds   steps.Registry
 	// matchErrs are the objects whose match fails to evaluate, per policy.
 	matchErrs *matchErrors
 }
@@ -102,21 +101,24 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 		client:    mgr.GetClient(),
 		reader:    mgr.GetAPIReader(),
 		registry:  policy.NewRegistry(),
-		policies:  map[string]*queueRef[reconcile.Request]{policy.KindNamespaced: {}, policy.KindCluster: {}},
 		lookups:   newInterest(),
 		written:   newWrittenVersions(),
 		matchErrs: newMatchErrors(),
 		metrics:   newMetrics(),
 	}
-	e.events = newEventSink(mgr.GetEventRecorder("teardown-operator"), e.namespaceTerminating)
+	e.reads = clusterReads{client: e.client}
+	e.wake = newWakeups(e.registry)
+	e.events = newEventSink(mgr.GetEventRecorder("teardown-operator"), e.reads.namespaceTerminating)
 	deps := steps.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper(),
-		Wake:   func(run types.NamespacedName) { e.runs.Add(reconcile.Request{NamespacedName: run}) },
-		Config: mgr.GetConfig(), NamespaceTerminating: e.namespaceTerminating}
+		Wake:   func(run types.NamespacedName) { e.wake.runs.Add(reconcile.Request{NamespacedName: run}) },
+		Config: mgr.GetConfig(), NamespaceTerminating: e.reads.namespaceTerminating}
 	for _, f := range kinds {
 		e.kinds = append(e.kinds, f(deps))
 	}
 	e.compiler = policy.NewCompiler(env, e.kinds, kindScope(mgr.GetRESTMapper()))
 	e.watches = watch.NewManager(mc, mgr.GetRESTMapper(), e.route, opts.Resync, ctrl.Log.WithName("watch"))
+	e.wake.watches = e.watches
+	e.fin = &finalizerWriter{client: e.client, reader: e.reader, watches: e.watches}
 	if err := mgr.Add(e.watches); err != nil {
 		return nil, err
 	}
@@ -156,16 +158,16 @@ func (e *Engine) route(ev watch.Event) {
 	o := ev.Object
 	tkey := TargetKey{GVK: ev.GVK, Namespace: o.Namespace, Name: o.Name}
 	if !ev.Deleted && e.registry.UsesGVK(ev.GVK) {
-		e.targets.Add(tkey)
+		e.wake.targets.Add(tkey)
 	}
 	e.recountOnFinalizers(ev)
 	if ev.Deleted {
 		for _, pkey := range e.matchErrs.forgetObject(tkey) {
-			e.recountPolicy(pkey)
+			e.wake.recountPolicy(pkey)
 		}
 	}
 	if runsCare(ev) {
-		for _, r := range e.runsOfTarget(context.Background(), o.UID) {
+		for _, r := range e.reads.runsOfTarget(context.Background(), o.UID) {
 			if r.Status.Phase.Finished() && r.Status.Phase.Releases(r.Spec.Pipeline.FailurePolicy) {
 				continue
 			}
@@ -173,15 +175,15 @@ func (e *Engine) route(ev watch.Event) {
 			if ev.Deleted {
 				// Usually the run's own release made the target go, and the run cache has not
 				// seen the run finish yet: look a little later rather than at a stale copy.
-				e.runs.AddAfter(req, vanishedDelay)
+				e.wake.runs.AddAfter(req, vanishedDelay)
 			} else {
-				e.runs.Add(req)
+				e.wake.runs.Add(req)
 			}
 		}
 	}
 	for _, r := range e.lookups.interested(ev.GVK, o.Namespace) {
 		// Folded: a busy kind wakes each waiting run at most once per lookupDebounce.
-		e.runs.AddAfter(r, lookupDebounce)
+		e.wake.runs.AddAfter(r, lookupDebounce)
 	}
 }
 
@@ -213,40 +215,14 @@ func (e *Engine) namespaceChanged(ns string) {
 	for _, gvk := range e.registry.GVKs() {
 		for _, p := range e.registry.ForGVK(gvk) {
 			if p.Key.Namespaced() && p.Key.Namespace == ns {
-				e.policies[policy.KindNamespaced].Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: p.Key.Name}})
+				e.wake.policies[policy.KindNamespaced].Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: p.Key.Name}})
 			}
 			if (p.NamespaceSelector != nil || p.Key.Namespaced() && p.Key.Namespace == ns) && !seen[gvk] {
 				seen[gvk] = true
-				e.enqueueTargets(gvk, ns)
+				e.wake.enqueueTargets(gvk, ns)
 			}
 		}
 	}
-}
-
-// enqueueTargets queues every cached object of gvk in namespace (empty: all).
-func (e *Engine) enqueueTargets(gvk schema.GroupVersionKind, namespace string) {
-	for _, o := range e.watches.List(gvk, namespace) {
-		e.targets.Add(TargetKey{GVK: gvk, Namespace: o.Namespace, Name: o.Name})
-	}
-}
-
-// runsOfTarget returns the cached runs of a target. They are the cache's own objects (no deep
-// copy: a policy recount reads every run of the policy): callers only read them.
-func (e *Engine) runsOfTarget(ctx context.Context, uid types.UID) []v1alpha1.TeardownRun {
-	var list v1alpha1.TeardownRunList
-	if err := e.client.List(ctx, &list, client.MatchingFields{indexTargetUID: string(uid)}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil
-	}
-	return list.Items
-}
-
-// runsOfPolicy returns the cached runs of a policy; like runsOfTarget, read only.
-func (e *Engine) runsOfPolicy(ctx context.Context, key policy.Key) ([]v1alpha1.TeardownRun, error) {
-	var list v1alpha1.TeardownRunList
-	if err := e.client.List(ctx, &list, client.MatchingFields{indexPolicy: key.String()}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, err
-	}
-	return list.Items, nil
 }
 
 // kindScope tells the compiler, from discovery, whether a kind is namespaced.
@@ -258,21 +234,6 @@ func kindScope(mapper meta.RESTMapper) func(schema.GroupVersionKind) (bool, erro
 		}
 		return m.Scope.Name() == meta.RESTScopeNameNamespace, nil
 	}
-}
-
-// namespaceTerminating reports whether a namespace is being deleted, from the cache.
-func (e *Engine) namespaceTerminating(ctx context.Context, ns string) bool {
-	if ns == "" {
-		return false
-	}
-	m, err := e.namespace(ctx, ns)
-	return err == nil && m.DeletionTimestamp != nil
-}
-
-func (e *Engine) namespace(ctx context.Context, ns string) (*metav1.PartialObjectMetadata, error) {
-	m := metaRef(namespaceGVK, "", ns)
-	err := e.client.Get(ctx, client.ObjectKey{Name: ns}, m)
-	return m, err
 }
 
 type (

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/teardown-dev/teardown-operator/engine/watch"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -24,11 +25,18 @@ func metaRef(gvk schema.GroupVersionKind, namespace, name string) *metav1.Partia
 	return m
 }
 
-// writeFinalizers replaces the finalizers of the object whose metadata (as read) is obj. The patch
+// finalizerWriter writes finalizer lists without ever dropping another writer's finalizer.
+type finalizerWriter struct {
+	client  client.Client
+	reader  client.Reader
+	watches *watch.Manager
+}
+
+// write replaces the finalizers of the object whose metadata (as read) is obj. The patch
 // carries obj's resourceVersion, so the API server rejects it with a conflict if anyone changed
 // the object since it was read: a JSON merge patch replaces the whole list, and without the lock a
 // finalizer another controller added in between would be dropped.
-func (e *Engine) writeFinalizers(ctx context.Context, gvk schema.GroupVersionKind, obj *metav1.PartialObjectMetadata, finalizers []string) (newRV string, err error) {
+func (f *finalizerWriter) write(ctx context.Context, gvk schema.GroupVersionKind, obj *metav1.PartialObjectMetadata, finalizers []string) (newRV string, err error) {
 	if finalizers == nil {
 		finalizers = []string{}
 	}
@@ -40,7 +48,7 @@ func (e *Engine) writeFinalizers(ctx context.Context, gvk schema.GroupVersionKin
 		return "", err
 	}
 	target := metaRef(gvk, obj.Namespace, obj.Name)
-	if err := e.client.Patch(ctx, target, client.RawPatch(types.MergePatchType, data)); err != nil {
+	if err := f.client.Patch(ctx, target, client.RawPatch(types.MergePatchType, data)); err != nil {
 		return "", err
 	}
 	return target.ResourceVersion, nil
@@ -67,17 +75,17 @@ func requeueConflicts[T comparable](r reconcile.TypedReconciler[T]) reconcile.Ty
 // past it the caller's reconcile is requeued.
 const maxConflictRetries = 5
 
-// removeFinalizer removes one finalizer from an object. The JSON patch tests the object's UID and
+// remove removes one finalizer from an object. The JSON patch tests the object's UID and
 // the finalizer's exact position before removing it, so it can never take out another writer's
 // finalizer or touch a new object of the same name, and it needs no resourceVersion: unrelated
 // updates do not make it fail. It starts from the watch cache's copy and reads the API server only
 // when that copy is missing or the position moved. It reports whether the object still exists.
-func (e *Engine) removeFinalizer(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string, uid types.UID, finalizer string) (bool, error) {
-	obj, fromCache := e.watches.Get(gvk, namespace, name)
+func (f *finalizerWriter) remove(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string, uid types.UID, finalizer string) (bool, error) {
+	obj, fromCache := f.watches.Get(gvk, namespace, name)
 	for range maxConflictRetries {
 		if !fromCache {
 			obj = metaRef(gvk, namespace, name)
-			if err := e.reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj); err != nil {
+			if err := f.reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj); err != nil {
 				if apierrors.IsNotFound(err) {
 					return false, nil
 				}
@@ -92,7 +100,7 @@ func (e *Engine) removeFinalizer(ctx context.Context, gvk schema.GroupVersionKin
 			return false, nil // a new object with the same name: not ours to touch
 		}
 		fromCache = false
-		_, err := e.patchOutFinalizer(ctx, gvk, obj, finalizer)
+		_, err := f.patchOut(ctx, gvk, obj, finalizer)
 		switch {
 		case err == nil:
 			return true, nil
@@ -106,9 +114,9 @@ func (e *Engine) removeFinalizer(ctx context.Context, gvk schema.GroupVersionKin
 	return true, fmt.Errorf("removing finalizer %s from %s %s/%s: the finalizer list kept changing (%d tries)", finalizer, gvk.Kind, namespace, name, maxConflictRetries)
 }
 
-// patchOutFinalizer removes finalizer from the object obj describes, if obj still carries it,
+// patchOut removes finalizer from the object obj describes, if obj still carries it,
 // and returns the object's new resourceVersion (empty when there was nothing to remove).
-func (e *Engine) patchOutFinalizer(ctx context.Context, gvk schema.GroupVersionKind, obj *metav1.PartialObjectMetadata, finalizer string) (string, error) {
+func (f *finalizerWriter) patchOut(ctx context.Context, gvk schema.GroupVersionKind, obj *metav1.PartialObjectMetadata, finalizer string) (string, error) {
 	i := slices.Index(obj.Finalizers, finalizer)
 	if i < 0 {
 		return "", nil
@@ -123,7 +131,7 @@ func (e *Engine) patchOutFinalizer(ctx context.Context, gvk schema.GroupVersionK
 		return "", err
 	}
 	out := metaRef(gvk, obj.Namespace, obj.Name)
-	if err := e.client.Patch(ctx, out, client.RawPatch(types.JSONPatchType, data)); err != nil {
+	if err := f.client.Patch(ctx, out, client.RawPatch(types.JSONPatchType, data)); err != nil {
 		return "", err
 	}
 	return out.ResourceVersion, nil

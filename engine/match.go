@@ -33,7 +33,7 @@ func (e *matchError) Unwrap() error { return e.err }
 // selectedBy reports whether policy p selects the object: labels, namespace labels, then match.
 func (l *lazyObject) selectedBy(ctx context.Context, p *policy.Compiled, obj *metav1.PartialObjectMetadata) (bool, error) {
 	if p.NamespaceSelector != nil && l.key.Namespace != "" && l.nsLabels == nil {
-		ns, err := l.r.namespace(ctx, l.key.Namespace)
+		ns, err := l.r.reads.namespace(ctx, l.key.Namespace)
 		if err != nil {
 			return false, fmt.Errorf("reading namespace %s: %w", l.key.Namespace, err)
 		}
@@ -79,7 +79,7 @@ func (r *targetReconciler) recordMatchErrors(ctx context.Context, key TargetKey,
 			r.matchErrs.set(p.Key, key, false)
 			continue
 		}
-		r.recountPolicy(p.Key)
+		r.wake.recountPolicy(p.Key)
 		if err == nil {
 			continue
 		}

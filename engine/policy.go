@@ -36,8 +36,18 @@ const (
 )
 
 type policyReconciler struct {
-	*Engine
-	kind string
+	kind       string
+	client     client.Client
+	reader     client.Reader
+	registry   *policy.Registry
+	compiler   *policy.Compiler
+	watches    *watch.Manager
+	metrics    *metrics
+	matchErrs  *matchErrors
+	stuckAfter time.Duration
+	fin        *finalizerWriter
+	reads      clusterReads
+	wake       *wakeups
 	// statusWritten are the versions of this kind's policies as their last status write left
 	// them.
 	statusWritten *writtenVersions
@@ -82,7 +92,7 @@ func (r *policyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if compiled != nil {
 		prev := r.registry.Set(compiled)
 		if prev == nil || prev.Generation != compiled.Generation || prev.Suspended != compiled.Suspended {
-			r.enqueueTargets(compiled.GVK, key.Namespace)
+			r.wake.enqueueTargets(compiled.GVK, key.Namespace)
 			if compiled.Suspended {
 				r.enqueueRuns(ctx, key)
 			}
@@ -159,7 +169,7 @@ func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, c
 	}
 	prev := r.registry.Set(compiled)
 	if prev == nil || !prev.Deleting {
-		r.enqueueTargets(gvk, v.Key.Namespace)
+		r.wake.enqueueTargets(gvk, v.Key.Namespace)
 	}
 	remaining, active := 0, 0
 	if _, err := r.watches.Mapping(gvk); err == nil {
@@ -169,14 +179,14 @@ func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, c
 		}
 		remaining = r.countProtected(gvk, v.Key, compiled.Finalizer)
 	}
-	runs, err := r.runsOfPolicy(ctx, v.Key)
+	runs, err := r.reads.runsOfPolicy(ctx, v.Key)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	active = countRuns(runs, time.Now(), r.opts.StuckAfter).active
+	active = countRuns(runs, time.Now(), r.stuckAfter).active
 	if remaining > 0 || active > 0 {
 		msg := fmt.Sprintf("policy is being deleted: waiting for %d objects to lose finalizer %s and %d runs to finish", remaining, compiled.Finalizer, active)
-		if v.Key.Namespaced() && r.namespaceTerminating(ctx, v.Key.Namespace) {
+		if v.Key.Namespaced() && r.reads.namespaceTerminating(ctx, v.Key.Namespace) {
 			msg = fmt.Sprintf("namespace is being deleted: waiting for the teardown of %d objects (%d runs in flight)", remaining, active)
 		}
 		r.setReady(v, metav1.ConditionFalse, v1alpha1.ReasonReleasing, msg)
@@ -195,7 +205,7 @@ func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, c
 			return reconcile.Result{}, err
 		}
 		if n > 0 {
-			r.enqueueTargets(gvk, v.Key.Namespace)
+			r.wake.enqueueTargets(gvk, v.Key.Namespace)
 			return reconcile.Result{RequeueAfter: retryDeleting}, nil
 		}
 	}
@@ -216,7 +226,7 @@ func (r *policyReconciler) letGo(ctx context.Context, v policy.View) (reconcile.
 func (r *policyReconciler) forget(key policy.Key) {
 	r.statusWritten.forget(types.NamespacedName{Namespace: key.Namespace, Name: key.Name})
 	if prev := r.registry.Delete(key); prev != nil {
-		r.enqueueTargets(prev.GVK, key.Namespace)
+		r.wake.enqueueTargets(prev.GVK, key.Namespace)
 		r.watches.Release(prev.GVK, consumerOf(key))
 	}
 	r.metrics.forget(key.String())
@@ -241,7 +251,7 @@ func (r *policyReconciler) writePolicyFinalizers(ctx context.Context, obj client
 	gvk := v1alpha1.GroupVersion.WithKind(r.kind)
 	m := metaRef(gvk, obj.GetNamespace(), obj.GetName())
 	m.SetResourceVersion(obj.GetResourceVersion())
-	return r.writeFinalizers(ctx, gvk, m, finalizers)
+	return r.fin.write(ctx, gvk, m, finalizers)
 }
 
 // writeStatus counts what the policy protects and runs, and writes the status if it changed.
@@ -256,11 +266,11 @@ func (r *policyReconciler) writeStatus(ctx context.Context, v policy.View, cache
 		} else if r.watches.Watching(gvk) {
 			res = earliest(res, reconcile.Result{RequeueAfter: waitSync})
 		}
-		runs, err := r.runsOfPolicy(ctx, v.Key)
+		runs, err := r.reads.runsOfPolicy(ctx, v.Key)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		counts := countRuns(runs, time.Now(), r.opts.StuckAfter)
+		counts := countRuns(runs, time.Now(), r.stuckAfter)
 		st.ActiveRuns, st.StuckRuns = int32(counts.active), int32(counts.stuck)
 		st.MatchErrors = int32(r.matchErrs.count(v.Key))
 		r.metrics.activeRuns.WithLabelValues(v.Key.String()).Set(float64(counts.active))
@@ -336,10 +346,10 @@ func (r *policyReconciler) countProtectedLive(ctx context.Context, gvk schema.Gr
 
 // enqueueRuns queues the policy's unfinished runs (suspend abandons them).
 func (r *policyReconciler) enqueueRuns(ctx context.Context, key policy.Key) {
-	runs, _ := r.runsOfPolicy(ctx, key)
+	runs, _ := r.reads.runsOfPolicy(ctx, key)
 	for i := range runs {
 		if !runs[i].Status.Phase.Finished() || slices.Contains(runs[i].Finalizers, v1alpha1.FinalizerRun) {
-			r.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&runs[i])})
+			r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&runs[i])})
 		}
 	}
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
-	"github.com/teardown-dev/teardown-operator/internal/naming"
+	"github.com/teardown-dev/teardown-operator/engine/watch"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -27,7 +27,20 @@ import (
 // it reads the world (the run, its target, break glass, its compiled pipeline), lets the pure
 // state machine (engine/pipeline) decide, writes the status, and only then applies the effects.
 type runReconciler struct {
-	*Engine
+	client       client.Client
+	reader       client.Reader
+	registry     *policy.Registry
+	compiler     *policy.Compiler
+	watches      *watch.Manager
+	events       *eventSink
+	metrics      *metrics
+	written      *writtenVersions
+	lookups      *interest
+	kinds        steps.Registry
+	runNamespace string
+	retention    time.Duration
+	fin          *finalizerWriter
+	wake         *wakeups
 }
 
 // pass is one reconcile of a run: the run as read and as edited, and what was read of its target.
@@ -72,7 +85,7 @@ func (r *runReconciler) read(ctx context.Context, cached *v1alpha1.TeardownRun) 
 	t := cached.Spec.Target
 	gv, _ := schema.ParseGroupVersion(t.APIVersion)
 	p := &pass{orig: cached, run: cached.DeepCopy(), tkey: TargetKey{GVK: gv.WithKind(t.Kind), Namespace: t.Namespace, Name: t.Name}}
-	facts := pipeline.Facts{Now: time.Now(), Rejected: r.trusted(cached)}
+	facts := pipeline.Facts{Now: time.Now(), Rejected: trusted(r.runNamespace, cached)}
 	if v := cached.Annotations[v1alpha1.AnnotationRetry]; v != "" {
 		facts.Retry = v
 		path := []string{"f:metadata", "f:annotations", "f:" + v1alpha1.AnnotationRetry}
@@ -164,7 +177,7 @@ func (r *runReconciler) flushEvents(ctx context.Context, p *pass) {
 // attempt made. It runs after the status is written, so nothing is released for a step whose
 // outcome is not recorded yet.
 func (r *runReconciler) releaseSettled(ctx context.Context, p *pass) {
-	if len(p.out.Settled) == 0 || r.trusted(p.run) != nil {
+	if len(p.out.Settled) == 0 || trusted(r.runNamespace, p.run) != nil {
 		return
 	}
 	pipe := p.pipe
@@ -202,25 +215,6 @@ func (r *runReconciler) readRun(ctx context.Context, key types.NamespacedName) (
 		return nil, err
 	}
 	return run, nil
-}
-
-// trusted checks that a run's spec is one the engine could have written: its finalizer is its
-// policy's, it lives in its target's namespace or the run namespace, and a TeardownPolicy's run
-// targets that policy's namespace. The engine acts with its own rights on the target a run names,
-// so a hand-made run must not be able to remove any finalizer from any object.
-func (e *Engine) trusted(run *v1alpha1.TeardownRun) error {
-	ref, t := run.Spec.PolicyRef, run.Spec.Target
-	switch {
-	case run.Spec.Finalizer != naming.Finalizer(ref.Kind, ref.Name):
-		return fmt.Errorf("spec.finalizer %q is not the finalizer of %s %s", run.Spec.Finalizer, ref.Kind, ref.Name)
-	case run.Namespace != t.Namespace && run.Namespace != e.opts.RunNamespace:
-		return fmt.Errorf("a run lives in its target's namespace or in %s, not %s", e.opts.RunNamespace, run.Namespace)
-	case ref.Kind == policy.KindNamespaced && t.Namespace != ref.Namespace:
-		return fmt.Errorf("a TeardownPolicy's run can only target its own namespace %q", ref.Namespace)
-	case ref.Kind == policy.KindCluster && ref.Namespace != "":
-		return fmt.Errorf("spec.policyRef.namespace must be empty for a ClusterTeardownPolicy")
-	}
-	return nil
 }
 
 // readTarget returns the target's metadata, or nil once it is gone. The metadata informer serves

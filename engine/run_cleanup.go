@@ -24,7 +24,7 @@ import (
 // own finalizer marks a release still to do, so a crash anywhere here is completed next time.
 func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) (reconcile.Result, error) {
 	ownedErr := r.releaseOwned(ctx, run)
-	if r.trusted(run) != nil {
+	if trusted(r.runNamespace, run) != nil {
 		// A rejected run released nothing and holds nothing: only the record is left to expire.
 		return r.expire(ctx, run)
 	}
@@ -37,8 +37,8 @@ func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) 
 	if slices.Contains(run.Finalizers, v1alpha1.FinalizerRun) {
 		t := run.Spec.Target
 		gv, _ := schema.ParseGroupVersion(t.APIVersion)
-		if r.trusted(run) == nil {
-			if _, err := r.removeFinalizer(ctx, gv.WithKind(t.Kind), t.Namespace, t.Name, t.UID, run.Spec.Finalizer); err != nil && !meta.IsNoMatchError(err) {
+		if trusted(r.runNamespace, run) == nil {
+			if _, err := r.fin.remove(ctx, gv.WithKind(t.Kind), t.Namespace, t.Name, t.UID, run.Spec.Finalizer); err != nil && !meta.IsNoMatchError(err) {
 				return reconcile.Result{}, fmt.Errorf("releasing %s %s/%s: %w", t.Kind, t.Namespace, t.Name, err)
 			}
 		}
@@ -49,7 +49,7 @@ func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) 
 		}
 		m := &metav1.PartialObjectMetadata{ObjectMeta: run.ObjectMeta}
 		m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
-		rv, err := r.patchOutFinalizer(ctx, m.GroupVersionKind(), m, v1alpha1.FinalizerRun)
+		rv, err := r.fin.patchOut(ctx, m.GroupVersionKind(), m, v1alpha1.FinalizerRun)
 		if err != nil {
 			if apierrors.IsInvalid(err) { // the patch's test failed: the list moved; read it again
 				return reconcile.Result{RequeueAfter: conflictRetry}, nil
@@ -69,7 +69,7 @@ func (r *runReconciler) expire(ctx context.Context, run *v1alpha1.TeardownRun) (
 	if slices.Contains(run.Finalizers, v1alpha1.FinalizerRun) {
 		m := &metav1.PartialObjectMetadata{ObjectMeta: run.ObjectMeta}
 		m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
-		if _, err := r.patchOutFinalizer(ctx, m.GroupVersionKind(), m, v1alpha1.FinalizerRun); err != nil {
+		if _, err := r.fin.patchOut(ctx, m.GroupVersionKind(), m, v1alpha1.FinalizerRun); err != nil {
 			if apierrors.IsInvalid(err) { // the patch's test failed: the list moved; read it again
 				return reconcile.Result{RequeueAfter: conflictRetry}, nil
 			}
@@ -81,10 +81,10 @@ func (r *runReconciler) expire(ctx context.Context, run *v1alpha1.TeardownRun) (
 
 // retain deletes a finished run once the retention period has passed since it completed.
 func (r *runReconciler) retain(ctx context.Context, run *v1alpha1.TeardownRun) (reconcile.Result, error) {
-	if r.opts.RunRetention <= 0 || run.Status.CompletionTime == nil || run.DeletionTimestamp != nil {
+	if r.retention <= 0 || run.Status.CompletionTime == nil || run.DeletionTimestamp != nil {
 		return reconcile.Result{}, nil
 	}
-	if left := time.Until(run.Status.CompletionTime.Add(r.opts.RunRetention)); left > 0 {
+	if left := time.Until(run.Status.CompletionTime.Add(r.retention)); left > 0 {
 		return reconcile.Result{RequeueAfter: left}, nil
 	}
 	return reconcile.Result{}, client.IgnoreNotFound(r.client.Delete(ctx, run))
@@ -95,7 +95,7 @@ const ownedRetry = 10 * time.Second
 
 // releaseOwned lets every kind that makes objects for runs let go of this finished run's.
 func (r *runReconciler) releaseOwned(ctx context.Context, run *v1alpha1.TeardownRun) error {
-	if r.trusted(run) != nil {
+	if trusted(r.runNamespace, run) != nil {
 		return nil
 	}
 	var errs []error

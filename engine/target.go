@@ -20,13 +20,23 @@ import (
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/engine/watch"
 	"github.com/teardown-dev/teardown-operator/internal/naming"
 )
 
 // targetReconciler keeps one object's teardown finalizers in line with the policies that select
 // it, and starts the runs of an object being deleted.
 type targetReconciler struct {
-	*Engine
+	client       client.Client
+	reader       client.Reader
+	registry     *policy.Registry
+	watches      *watch.Manager
+	events       *eventSink
+	matchErrs    *matchErrors
+	runNamespace string
+	fin          *finalizerWriter
+	reads        clusterReads
+	wake         *wakeups
 }
 
 // retryUnknownPolicy is how soon a finalizer of a policy the engine has not loaded yet is looked at
@@ -75,7 +85,7 @@ func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj
 	if !changed {
 		return reconcile.Result{}, nil
 	}
-	if _, err := r.writeFinalizers(ctx, key.GVK, obj, next); err != nil {
+	if _, err := r.fin.write(ctx, key.GVK, obj, next); err != nil {
 		if apierrors.IsNotFound(err) {
 			return reconcile.Result{}, nil // it went: nothing to protect
 		}
@@ -101,7 +111,7 @@ func (r *targetReconciler) desiredFinalizers(ctx context.Context, key TargetKey,
 		if !p.InScope(key.Namespace) {
 			continue
 		}
-		if p.Deleting && p.Key.Namespaced() && r.namespaceTerminating(ctx, p.Key.Namespace) {
+		if p.Deleting && p.Key.Namespaced() && r.reads.namespaceTerminating(ctx, p.Key.Namespace) {
 			// The whole namespace goes: its objects are about to be deleted and need the pipeline.
 			want[p.Finalizer] = slices.Contains(obj.Finalizers, p.Finalizer)
 			managed[p.Finalizer] = true
@@ -159,14 +169,14 @@ func (r *targetReconciler) orphaned(ctx context.Context, finalizer, ns string) b
 // reconcileDeleting starts a run for each teardown finalizer on an object being deleted, or
 // releases the finalizer when there is nothing to run.
 func (r *targetReconciler) reconcileDeleting(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata) (reconcile.Result, error) {
-	runs := r.runsOfTarget(ctx, obj.UID)
+	runs := r.reads.runsOfTarget(ctx, obj.UID)
 	var result reconcile.Result
 	for _, f := range obj.Finalizers {
 		if !naming.IsOurs(f) {
 			continue
 		}
 		if i := slices.IndexFunc(runs, func(run v1alpha1.TeardownRun) bool { return run.Spec.Finalizer == f }); i >= 0 {
-			r.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&runs[i])})
+			r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&runs[i])})
 			continue
 		}
 		res, err := r.startRun(ctx, key, obj, f)
@@ -207,7 +217,7 @@ func (r *targetReconciler) startRun(ctx context.Context, key TargetKey, obj *met
 }
 
 func (r *targetReconciler) releaseWithoutRun(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, finalizer string, ev pipeline.Event) error {
-	if _, err := r.removeFinalizer(ctx, key.GVK, key.Namespace, key.Name, obj.UID, finalizer); err != nil {
+	if _, err := r.fin.remove(ctx, key.GVK, key.Namespace, key.Name, obj.UID, finalizer); err != nil {
 		return err
 	}
 	r.events.emit(ctx, targetRef(key, obj), nil, key.Namespace, ev)
@@ -235,20 +245,20 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 		return err
 	}
 	run := newRun(key, obj.UID, p, snapshot)
-	if key.Namespace == "" || r.namespaceTerminating(ctx, key.Namespace) {
+	if key.Namespace == "" || r.reads.namespaceTerminating(ctx, key.Namespace) {
 		// A run may already exist in the target's namespace from before its deletion began.
 		if key.Namespace != "" {
 			existing := &v1alpha1.TeardownRun{}
 			if err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: run.Name}, existing); err == nil {
-				r.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(existing)})
+				r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(existing)})
 				return nil
 			}
 		}
-		run.Namespace = r.opts.RunNamespace
+		run.Namespace = r.runNamespace
 	}
 	err = r.client.Create(ctx, run)
-	if apierrors.HasStatusCause(err, "NamespaceTerminating") && run.Namespace != r.opts.RunNamespace {
-		run.Namespace = r.opts.RunNamespace
+	if apierrors.HasStatusCause(err, "NamespaceTerminating") && run.Namespace != r.runNamespace {
+		run.Namespace = r.runNamespace
 		run.ResourceVersion = ""
 		err = r.client.Create(ctx, run)
 	}
@@ -260,7 +270,7 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 		r.events.emit(ctx, targetRef(key, obj), run, key.Namespace, pipeline.Eventf(false, v1alpha1.ReasonRunCreated,
 			"Deletion held by %s until TeardownRun %s/%s completes", p.Key, run.Namespace, run.Name))
 	}
-	r.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
+	r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
 	return nil
 }
 

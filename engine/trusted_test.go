@@ -10,7 +10,7 @@ import (
 )
 
 func TestTrusted(t *testing.T) {
-	e := &Engine{opts: Options{RunNamespace: "teardown-system"}}
+	const runNamespace = "teardown-system"
 	run := func(ns, kind, pns, pname, tns, fin string) *v1alpha1.TeardownRun {
 		return &v1alpha1.TeardownRun{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns},
@@ -36,7 +36,7 @@ func TestTrusted(t *testing.T) {
 		{"cluster policy with a namespace", run("a", "ClusterTeardownPolicy", "a", "c", "a", "clusterteardownpolicy.teardown.dev/c"), "must be empty"},
 	}
 	for _, tt := range tests {
-		err := e.trusted(tt.run)
+		err := trusted(runNamespace, tt.run)
 		switch {
 		case tt.want == "" && err != nil:
 			t.Errorf("%s: %v", tt.name, err)
