@@ -180,6 +180,10 @@ var _ = Describe("Job steps on a real control plane", func() {
 				Expect(can(user, verb, "teardownpolicies")()).To(BeFalse(), "%s may not %s policies", user, verb)
 			}
 		}
+		Eventually(can("alice", "patch", "teardownruns"), 30*time.Second).Should(BeTrue(), "admin may annotate a run to retry it")
+		for _, user := range []string{"bob", "carol"} {
+			Expect(can(user, "patch", "teardownruns")()).To(BeFalse(), "%s may not annotate runs", user)
+		}
 		for _, user := range []string{"alice", "bob", "carol"} {
 			Expect(can(user, "create", "teardownruns")()).To(BeFalse(), "%s may not create runs: they are the operator's", user)
 			Expect(can(user, "update", "teardownruns/status")()).To(BeFalse())
