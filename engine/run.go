@@ -88,8 +88,9 @@ func (r *runReconciler) read(ctx context.Context, cached *v1alpha1.TeardownRun) 
 	facts := pipeline.Facts{Now: time.Now(), Rejected: trusted(r.runNamespace, cached)}
 	if v := cached.Annotations[v1alpha1.AnnotationRetry]; v != "" {
 		facts.Retry = v
-		path := []string{"f:metadata", "f:annotations", "f:" + v1alpha1.AnnotationRetry}
-		facts.RetryBy, facts.RetryAt = policy.ManagerOf(cached, path...), policy.ManagedTime(cached, path...)
+		if mf := policy.ManagedEntry(cached, "f:metadata", "f:annotations", "f:"+v1alpha1.AnnotationRetry); mf != nil {
+			facts.RetryBy, facts.RetryAt = mf.Manager, mf.Time
+		}
 	}
 	if cached.Status.Phase.Finished() && cached.Status.Phase.Releases(cached.Spec.Pipeline.FailurePolicy) {
 		facts.TargetGone = true // done with its target; cleanUp reads what it needs

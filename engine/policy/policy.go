@@ -188,7 +188,7 @@ func (c *Compiler) Compile(v View) (*Compiled, field.ErrorList) {
 		Deleting:   v.Object.GetDeletionTimestamp() != nil,
 	}
 	if spec.Suspend {
-		out.SuspendedBy = managerOf(v.Object, "f:spec", "f:suspend")
+		out.SuspendedBy = ManagerOf(v.Object, "f:spec", "f:suspend")
 	}
 	out.Selector, err = selector(spec.Selector)
 	if err != nil {
@@ -352,45 +352,30 @@ func selector(ls *metav1.LabelSelector) (labels.Selector, error) {
 	return metav1.LabelSelectorAsSelector(ls)
 }
 
-// managerOf returns the field manager that owns the given field path in obj's managed fields,
-// for recording who broke glass.
-func managerOf(obj client.Object, path ...string) string {
-	for _, mf := range obj.GetManagedFields() {
-		if mf.FieldsV1 == nil {
+// ManagedEntry returns the entry of obj's managed fields that owns the field at path (for
+// example "f:metadata", "f:annotations", "f:teardown.dev/abandon"): who set it, and when. Nil
+// when no entry does.
+func ManagedEntry(obj client.Object, path ...string) *metav1.ManagedFieldsEntry {
+	entries := obj.GetManagedFields()
+	for i := range entries {
+		if entries[i].FieldsV1 == nil {
 			continue
 		}
-		raw := mf.FieldsV1.GetRawString()
-		ok := true
-		for _, p := range path {
-			if !strings.Contains(raw, `"`+p+`"`) {
-				ok = false
-				break
-			}
+		raw := entries[i].FieldsV1.GetRawString()
+		if !slices.ContainsFunc(path, func(p string) bool { return !strings.Contains(raw, `"`+p+`"`) }) {
+			return &entries[i]
 		}
-		if ok {
-			return mf.Manager
-		}
-	}
-	return ""
-}
-
-// ManagerOf is managerOf for callers outside the package (the target's break-glass annotation).
-func ManagerOf(obj client.Object, path ...string) string { return managerOf(obj, path...) }
-
-// ManagedTime returns when the field at path was last set, from obj's managed fields; nil if
-// unknown.
-func ManagedTime(obj client.Object, path ...string) *metav1.Time {
-	for _, mf := range obj.GetManagedFields() {
-		if mf.FieldsV1 == nil {
-			continue
-		}
-		raw := mf.FieldsV1.GetRawString()
-		if slices.ContainsFunc(path, func(p string) bool { return !strings.Contains(raw, `"`+p+`"`) }) {
-			continue
-		}
-		return mf.Time
 	}
 	return nil
+}
+
+// ManagerOf returns the field manager that owns the field at path, for recording who broke glass;
+// empty when unknown.
+func ManagerOf(obj client.Object, path ...string) string {
+	if mf := ManagedEntry(obj, path...); mf != nil {
+		return mf.Manager
+	}
+	return ""
 }
 
 // Registry holds the compiled policies, indexed by target kind. It is safe for concurrent use.
