@@ -16,11 +16,12 @@ func logTransitions(ctx context.Context, before, after *v1alpha1.TeardownRun) {
 	log := ctrl.LoggerFrom(ctx).WithValues("policy", after.Spec.PolicyRef.Kind+"/"+policyName(after.Spec.PolicyRef),
 		"target", targetName(after.Spec.Target))
 	was, is := before.Status.Phase, after.Status.Phase
-	switch {
-	case (was == "" || was == v1alpha1.RunPending) && is != was:
+	if (was == "" || was == v1alpha1.RunPending) && is != was {
 		log.Info("teardown started", "steps", len(after.Spec.Pipeline.Steps))
-	case was.Finished() && !is.Finished():
-		log.Info("teardown retried", "fromStep", after.Status.CurrentStep, "retries", after.Status.Retries)
+	}
+	// By the count, not the phase: a retried run may run to its end in the same pass.
+	if after.Status.Retries > before.Status.Retries {
+		log.Info("teardown retried", "fromStep", after.Status.LastRetry.FromStep, "retries", after.Status.Retries)
 	}
 	for i := range after.Status.Steps {
 		ss := &after.Status.Steps[i]

@@ -23,6 +23,10 @@ func TestLogTransitions(t *testing.T) {
 		return r
 	}
 	retry := metav1.NewMicroTime(metav1.Now().Time)
+	retried := func(r *v1alpha1.TeardownRun) *v1alpha1.TeardownRun {
+		r.Status.Retries, r.Status.LastRetry = 1, &v1alpha1.RunRetry{FromStep: "b"}
+		return r
+	}
 	tests := []struct {
 		name          string
 		before, after *v1alpha1.TeardownRun
@@ -36,7 +40,9 @@ func TestLogTransitions(t *testing.T) {
 		{"step and run failed", at(v1alpha1.RunRunning, v1alpha1.StepStatus{Name: "b", Phase: v1alpha1.StepRunning}),
 			at(v1alpha1.RunFailed, v1alpha1.StepStatus{Name: "b", Phase: v1alpha1.StepFailed, Message: "403"}),
 			[]string{`"msg"="step failed"|"step"="b"|"message"="403"`, `"msg"="teardown ended"|"phase"="Failed"`}},
-		{"retried", at(v1alpha1.RunFailed), at(v1alpha1.RunRunning), []string{`"msg"="teardown retried"`}},
+		{"retried", at(v1alpha1.RunFailed), retried(at(v1alpha1.RunRunning)), []string{`"msg"="teardown retried"|"fromStep"="b"`}},
+		{"retried and done in one pass", at(v1alpha1.RunFailed), retried(at(v1alpha1.RunSucceeded)),
+			[]string{`"msg"="teardown retried"`, `"msg"="teardown ended"|"phase"="Succeeded"`}},
 		{"abandoned after failure", at(v1alpha1.RunFailed), at(v1alpha1.RunAbandoned), []string{`"msg"="teardown ended"|"phase"="Abandoned"`}},
 	}
 	for _, tt := range tests {
