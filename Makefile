@@ -29,6 +29,10 @@ help: ## Show this help.
 build: ## Build the operator into bin/.
 	$(GO) build -o $(BIN)/teardown-operator ./cmd/teardown-operator
 
+.PHONY: plugin
+plugin: ## Build the kubectl plugin, kubectl-teardown, into bin/ (put bin/ on PATH: kubectl teardown).
+	$(GO) build -o $(BIN)/kubectl-teardown ./cmd/kubectl-teardown
+
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code from the API markers.
 	$(CONTROLLER_GEN) object paths=./api/...
@@ -83,7 +87,7 @@ lint: $(STATICCHECK) ## gofmt, go vet and staticcheck.
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no API server).
-	$(GO) test ./api/... ./internal/... ./engine/... ./steps/... ./cmd/...
+	$(GO) test ./api/... ./internal/... ./engine/... ./steps/... ./cli/... ./cmd/...
 
 .PHONY: test-integration
 test-integration: control-plane $(GINKGO) ## Integration suites against a real API server (envtest).

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
@@ -115,7 +114,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 	for _, f := range kinds {
 		e.kinds = append(e.kinds, f(deps))
 	}
-	e.compiler = policy.NewCompiler(env, e.kinds, kindScope(mgr.GetRESTMapper()))
+	e.compiler = policy.NewCompiler(env, e.kinds, policy.KindScope(mgr.GetRESTMapper()))
 	e.watches = watch.NewManager(mc, mgr.GetRESTMapper(), e.route, opts.Resync, ctrl.Log.WithName("watch"))
 	e.wake.watches = e.watches
 	e.fin = &finalizerWriter{client: e.client, reader: e.reader, watches: e.watches}
@@ -222,17 +221,6 @@ func (e *Engine) namespaceChanged(ns string) {
 				e.wake.enqueueTargets(gvk, ns)
 			}
 		}
-	}
-}
-
-// kindScope tells the compiler, from discovery, whether a kind is namespaced.
-func kindScope(mapper meta.RESTMapper) func(schema.GroupVersionKind) (bool, error) {
-	return func(gvk schema.GroupVersionKind) (bool, error) {
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			return false, fmt.Errorf("kind %s is not served: %w", gvk, err)
-		}
-		return m.Scope.Name() == meta.RESTScopeNameNamespace, nil
 	}
 }
 

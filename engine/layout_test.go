@@ -8,10 +8,10 @@ import (
 
 const module = "github.com/teardown-dev/teardown-operator"
 
-// TestImportRule keeps the dependency direction: cmd → engine → {engine/*, steps, internal/*, api};
-// steps/* → {steps, internal/*, api}. Only cmd/ and test/ import the engine, and the engine never
-// imports a step kind, so step kinds plug in without the engine knowing them and the compiler and
-// pipeline can run without the operator (the CLI).
+// TestImportRule keeps the dependency direction: cmd → {engine, cli} → {engine/*, steps, internal/*, api};
+// steps/* → {steps, internal/*, api}. Only cmd/, cli/ and test/ import the engine, the engine never
+// imports a step kind or the CLI, so step kinds plug in without the engine knowing them and the
+// compiler and pipeline run without the operator (the CLI).
 func TestImportRule(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"/...").Output()
 	if err != nil {
@@ -35,8 +35,10 @@ func TestImportRule(t *testing.T) {
 func forbidden(pkg, dep string) string {
 	under := func(p, root string) bool { return p == root || strings.HasPrefix(p, root+"/") }
 	switch {
-	case under(dep, "engine") && !under(pkg, "engine") && !under(pkg, "cmd") && !under(pkg, "test"):
-		return "only cmd/ and test/ import the engine"
+	case under(dep, "engine") && !under(pkg, "engine") && !under(pkg, "cmd") && !under(pkg, "cli") && !under(pkg, "test"):
+		return "only cmd/, cli/ and test/ import the engine"
+	case under(dep, "cli") && !under(pkg, "cli") && !under(pkg, "cmd") && !under(pkg, "test"):
+		return "only cmd/ and test/ import the CLI"
 	case under(pkg, "engine") && under(dep, "steps") && dep != "steps":
 		return "the engine never imports a step kind (only the steps contract)"
 	case under(pkg, "internal") && !under(dep, "internal") && dep != "api/v1alpha1":
@@ -63,6 +65,9 @@ func TestForbidden(t *testing.T) {
 		{"engine/policy", "internal/expr", false},
 		{"cmd/teardown-operator", "engine", false},
 		{"test/integration", "engine", false},
+		{"cli/fixture", "engine/pipeline", false},
+		{"engine", "cli/lint", true},
+		{"steps/httpstep", "cli", true},
 		{"steps/jobstep", "internal/naming", false},
 	} {
 		if got := forbidden(tt.pkg, tt.dep) != ""; got != tt.bad {

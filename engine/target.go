@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -240,11 +238,11 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 	if live.GetUID() != obj.UID || live.GetDeletionTimestamp() == nil || !slices.Contains(live.GetFinalizers(), p.Finalizer) {
 		return nil
 	}
-	snapshot, err := snapshotOf(full, key)
+	snapshot, err := policy.Snapshot(full)
 	if err != nil {
 		return err
 	}
-	run := newRun(key, obj.UID, p, snapshot)
+	run := p.NewRun(key.GVK, live, snapshot)
 	if key.Namespace == "" || r.reads.namespaceTerminating(ctx, key.Namespace) {
 		// A run may already exist in the target's namespace from before its deletion began.
 		if key.Namespace != "" {
@@ -274,37 +272,6 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 	return nil
 }
 
-// newRun is the run of policy p for the deletion of the object key (uid), with its snapshot.
-func newRun(key TargetKey, uid types.UID, p *policy.Compiled, snapshot []byte) *v1alpha1.TeardownRun {
-	run := &v1alpha1.TeardownRun{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:       naming.RunName(p.Key.Kind, p.Key.Namespace, p.Key.Name, key.Name, uid),
-			Namespace:  key.Namespace,
-			Finalizers: []string{v1alpha1.FinalizerRun},
-			Labels: map[string]string{
-				v1alpha1.LabelPolicyKind:      p.Key.Kind,
-				v1alpha1.LabelPolicy:          naming.LabelValue(p.Key.Name),
-				v1alpha1.LabelTargetUID:       string(uid),
-				v1alpha1.LabelTargetKind:      naming.LabelValue(key.GVK.Kind),
-				v1alpha1.LabelTargetName:      naming.LabelValue(key.Name),
-				v1alpha1.LabelTargetNamespace: key.Namespace,
-			},
-		},
-		Spec: v1alpha1.TeardownRunSpec{
-			PolicyRef: v1alpha1.PolicyReference{Kind: p.Key.Kind, Namespace: p.Key.Namespace, Name: p.Key.Name, UID: p.UID, Generation: p.Generation},
-			Target: v1alpha1.TargetObjectReference{APIVersion: key.GVK.GroupVersion().String(), Kind: key.GVK.Kind,
-				Namespace: key.Namespace, Name: key.Name, UID: uid},
-			Finalizer: p.Finalizer,
-			Pipeline:  *p.Spec.Pipeline.DeepCopy(),
-			Object:    runtime.RawExtension{Raw: snapshot},
-		},
-	}
-	if p.Key.Namespaced() {
-		run.Labels[v1alpha1.LabelPolicyNamespace] = p.Key.Namespace
-	}
-	return run
-}
-
 // readFull reads the whole object from the API server; nil means it is gone.
 func (r *targetReconciler) readFull(ctx context.Context, key TargetKey) (map[string]any, error) {
 	u := &unstructured.Unstructured{}
@@ -316,21 +283,6 @@ func (r *targetReconciler) readFull(ctx context.Context, key TargetKey) (map[str
 		return nil, fmt.Errorf("reading %s: %w", key, err)
 	}
 	return u.Object, nil
-}
-
-// snapshotOf encodes the object for the run, without managed fields and without a Secret's data.
-func snapshotOf(obj map[string]any, key TargetKey) ([]byte, error) {
-	u := &unstructured.Unstructured{Object: obj}
-	u.SetManagedFields(nil)
-	if key.GVK.Group == "" && key.GVK.Kind == "Secret" {
-		delete(u.Object, "data")
-		delete(u.Object, "stringData")
-		// kubectl apply keeps the whole applied object, data included, in this annotation.
-		ann := u.GetAnnotations()
-		delete(ann, "kubectl.kubernetes.io/last-applied-configuration")
-		u.SetAnnotations(ann)
-	}
-	return json.Marshal(u.Object)
 }
 
 // targetRef is an object events can be recorded on.

@@ -242,3 +242,21 @@ type Nop struct{}
 
 // Execute implements Action.
 func (Nop) Execute(context.Context, *Input) Result { return Done("nothing to do") }
+
+// Planner is implemented by actions that can say what an execution would do now without doing
+// it (kubectl teardown plan): the request an http step would send, the Job a job step would
+// create, whether a wait step's condition holds. A plan may read (Secrets, lookups) but never
+// writes, sends or creates anything.
+type Planner interface {
+	Plan(ctx context.Context, in *Input) Plan
+}
+
+// Plan is what one execution of a step would do.
+type Plan struct {
+	// Summary says it in one line, for example "POST https://api.example.com/v1/snapshots".
+	Summary string
+	// Rendered is what would be sent or created, for display (secret values redacted).
+	Rendered any
+	// Err says why the step cannot be rendered now: its execution would fail with it.
+	Err string
+}

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -159,6 +160,18 @@ func NewCompiler(env *expr.Env, kinds steps.Registry, scope func(schema.GroupVer
 		}
 	}
 	return &Compiler{env: env, kinds: kinds, scope: scope, cache: map[pipelineKey]*Pipeline{}}
+}
+
+// KindScope tells from discovery (a RESTMapper) whether a kind is namespaced: the scope a
+// Compiler checks kinds with, in the operator and in kubectl teardown plan alike.
+func KindScope(mapper meta.RESTMapper) func(schema.GroupVersionKind) (bool, error) {
+	return func(gvk schema.GroupVersionKind) (bool, error) {
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return false, fmt.Errorf("kind %s is not served: %w", gvk, err)
+		}
+		return m.Scope.Name() == meta.RESTScopeNameNamespace, nil
+	}
 }
 
 // Env returns the shared CEL environment.

@@ -75,6 +75,9 @@ type Options struct {
 	Resolver Resolver
 	// UserAgent is sent with every request.
 	UserAgent string
+	// Transport, when set, carries every request instead of the network: kubectl teardown test
+	// answers them from a fixture's script. The checks of the URL still apply; nothing is dialed.
+	Transport http.RoundTripper
 }
 
 // Kind is the http step kind.
@@ -108,7 +111,7 @@ func New(reader client.Reader, wake func(types.NamespacedName), opts Options) *K
 		reader:     reader,
 		wake:       wake,
 		guard:      g,
-		clients:    newClientCache(g),
+		clients:    newClientCache(g, opts.Transport),
 		calls:      newCalls(opts.MaxInFlight),
 		inlineWait: opts.InlineWait,
 		userAgent:  opts.UserAgent,

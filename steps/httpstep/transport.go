@@ -51,12 +51,14 @@ func (m *tlsMaterial) hash() [sha256.Size]byte {
 // clientCache shares clients, and so their connections, between requests of the same kind.
 type clientCache struct {
 	guard *guard
-	mu    sync.Mutex
-	byKey map[clientKey]*retryablehttp.Client
+	// scripted replaces the network when set (Options.Transport).
+	scripted http.RoundTripper
+	mu       sync.Mutex
+	byKey    map[clientKey]*retryablehttp.Client
 }
 
-func newClientCache(g *guard) *clientCache {
-	return &clientCache{guard: g, byKey: map[clientKey]*retryablehttp.Client{}}
+func newClientCache(g *guard, scripted http.RoundTripper) *clientCache {
+	return &clientCache{guard: g, scripted: scripted, byKey: map[clientKey]*retryablehttp.Client{}}
 }
 
 // get returns a client for requests of a TeardownPolicy (restricted) or not, following
@@ -102,8 +104,12 @@ func (c *clientCache) newClient(restricted, follow bool, tlsConfig *tls.Config) 
 	if restricted {
 		transport.DialContext = c.guard.dial
 	}
+	var rt http.RoundTripper = transport
+	if c.scripted != nil {
+		rt = c.scripted
+	}
 	hc := &http.Client{
-		Transport: transport,
+		Transport: rt,
 		// No cookie jar: nothing is carried from one request to another.
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			return c.checkRedirect(restricted, follow, req, via)

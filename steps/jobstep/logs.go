@@ -25,6 +25,9 @@ type LogReader interface {
 
 // NewLogReader returns a LogReader that asks the API server (pods/log).
 func NewLogReader(cfg *rest.Config) (LogReader, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("log reader: no cluster configured")
+	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("log reader: %w", err)

@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+)
+
+func (r *root) abandonCommand() *cobra.Command {
+	var reason string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "abandon KIND/NAME --reason \"...\"",
+		Short: "Break glass: let an object go without finishing its teardown",
+		Long: `Annotates the object ` + v1alpha1.AnnotationAbandon + `="<reason>": its runs skip their remaining
+steps, are marked Abandoned, and release the object, whose deletion then completes. The reason
+is required and recorded in each run's status.abandonedBy. Prints the runs' resulting phase.`,
+		Example:           `  kubectl teardown abandon manageddatabase/orders -n shop --reason "INC-4211: provider API down, snapshot taken by hand"`,
+		Args:              exactArgs(1, "one KIND/NAME"),
+		ValidArgsFunction: r.completeTargets,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(reason) == "" {
+				return usageError("--reason is required: say who breaks glass and why; it is recorded in the run")
+			}
+			if err := r.kube.connect(); err != nil {
+				return err
+			}
+			return r.abandon(cmd.Context(), args[0], reason, timeout)
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "who breaks glass and why (required)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for the runs to be abandoned")
+	return cmd
+}
+
+func (r *root) abandon(ctx context.Context, arg, reason string, timeout time.Duration) error {
+	t, err := r.kube.getTarget(ctx, arg)
+	if err != nil {
+		return err
+	}
+	obj := t.Object
+	patch := client.MergeFrom(obj.DeepCopy())
+	ann := obj.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[v1alpha1.AnnotationAbandon] = reason
+	obj.SetAnnotations(ann)
+	if err := r.kube.client.Patch(ctx, obj, patch, client.FieldOwner("kubectl-teardown")); err != nil {
+		return apiError(err)
+	}
+	out := r.streams.Out
+	fmt.Fprintf(out, "%s annotated %s=%q\n", describeObject(t.GVK.Kind, obj), v1alpha1.AnnotationAbandon, reason)
+	if obj.GetDeletionTimestamp() == nil {
+		fmt.Fprintln(out, "the object is not being deleted: when it is, its teardown is abandoned at once and the object released")
+		return nil
+	}
+	var runs []v1alpha1.TeardownRun
+	uid := obj.GetUID()
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		runs, err = r.kube.runsOf(ctx, uid)
+		return err == nil && allFinished(runs), err
+	})
+	for i := range runs {
+		fmt.Fprintf(out, "teardownrun %s/%s is %s\n", runs[i].Namespace, runs[i].Name, phaseOf(&runs[i]))
+	}
+	if err != nil && len(runs) > 0 {
+		fmt.Fprintf(out, "not every run finished within %s (is the operator running?)\n", timeout)
+	}
+	return nil
+}

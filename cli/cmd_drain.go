@@ -1,0 +1,184 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
+)
+
+type drainOptions struct {
+	policy string
+	all    bool
+	dryRun bool
+	yes    bool
+}
+
+func (r *root) drainCommand() *cobra.Command {
+	o := &drainOptions{}
+	cmd := &cobra.Command{
+		Use:   "drain (--policy POLICY | --all) [--dry-run]",
+		Short: "Release every teardown finalizer, without running pipelines",
+		Long: `Removes teardown finalizers from every object that carries them, running no pipeline, and prints
+what it released: an object being deleted is deleted at once. For uninstalling the operator, and
+for the day the operator is gone and objects are stuck. Stop the operator first: a running
+operator puts its finalizers back on the objects its policies still select (to stop protecting
+objects while it runs, suspend or delete the policy instead).
+
+--policy drains one policy's finalizer: TeardownPolicy/NAME (in -n's namespace),
+ClusterTeardownPolicy/NAME, or NAME when only one policy has it. --all drains every policy's
+finalizer, and the operator's own finalizers on TeardownRuns and policies, so that they and the
+CRDs can be deleted. It asks for --yes on a terminal. Running it again finds nothing to do.`,
+		Example: `  kubectl teardown drain --all --dry-run
+  kubectl teardown drain --all --yes
+  kubectl teardown drain --policy TeardownPolicy/database-dump-job -n shop`,
+		Args: exactArgs(0, "no arguments (name the policy with --policy)"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.all == (o.policy != "") {
+				return usageError("drain needs exactly one of --policy POLICY or --all")
+			}
+			if o.all && !o.yes && !o.dryRun && isTerminal(r.streams.In) {
+				return usageError("drain --all releases every object the operator protects: add --yes to confirm, or --dry-run to see what it would release")
+			}
+			if err := r.kube.connect(); err != nil {
+				return err
+			}
+			return r.drain(cmd.Context(), o)
+		},
+	}
+	cmd.Flags().StringVar(&o.policy, "policy", "", "drain this policy's finalizer only")
+	cmd.Flags().BoolVar(&o.all, "all", false, "drain every teardown finalizer")
+	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "print what would be released, releasing nothing")
+	cmd.Flags().BoolVar(&o.yes, "yes", false, "confirm --all on a terminal")
+	return cmd
+}
+
+func isTerminal(in any) bool {
+	f, ok := in.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// drained says whether a finalizer on an object in namespace ns is to be released.
+type drained func(finalizer, ns string) bool
+
+func (r *root) drain(ctx context.Context, o *drainOptions) error {
+	match, kinds, err := r.drainScope(ctx, o)
+	if err != nil {
+		return err
+	}
+	d := &drainer{kube: r.kube, out: r.streams.Out, errOut: r.streams.ErrOut, match: match, dryRun: o.dryRun}
+	if kinds == nil {
+		if kinds, err = d.allKinds(); err != nil {
+			return err
+		}
+	}
+	for _, gvr := range kinds {
+		if err := d.drainKind(ctx, gvr); err != nil {
+			return err
+		}
+	}
+	verb := "released"
+	if o.dryRun {
+		verb = "would release"
+	}
+	if d.objects == 0 {
+		fmt.Fprintln(r.streams.Out, "nothing to drain: no object carries a matching teardown finalizer")
+		return nil
+	}
+	fmt.Fprintf(r.streams.Out, "%s %d %s from %d %s\n", verb, d.finalizers, plural(d.finalizers, "finalizer", "finalizers"),
+		d.objects, plural(d.objects, "object", "objects"))
+	return nil
+}
+
+// drainScope returns what to release and where to look (nil: every kind).
+func (r *root) drainScope(ctx context.Context, o *drainOptions) (drained, []schema.GroupVersionResource, error) {
+	if o.all {
+		return func(f, _ string) bool {
+			return naming.IsOurs(f) || f == v1alpha1.FinalizerRun || f == v1alpha1.FinalizerPolicy
+		}, nil, nil
+	}
+	key, view, err := r.resolvePolicy(ctx, o.policy)
+	if err != nil {
+		return nil, nil, err
+	}
+	fin := key.Finalizer()
+	match := func(f, ns string) bool { return f == fin && (!key.Namespaced() || ns == key.Namespace) }
+	if view == nil {
+		return match, nil, nil // the policy is gone: its kind is unknown, look everywhere
+	}
+	gv, err := schema.ParseGroupVersion(view.Spec.TargetRef.APIVersion)
+	if err != nil {
+		return match, nil, nil
+	}
+	m, err := r.kube.mapper.RESTMapping(schema.GroupKind{Group: gv.Group, Kind: view.Spec.TargetRef.Kind}, gv.Version)
+	if err != nil {
+		return match, nil, nil
+	}
+	return match, []schema.GroupVersionResource{m.Resource}, nil
+}
+
+// resolvePolicy finds the policy --policy names; view is nil when it no longer exists.
+func (r *root) resolvePolicy(ctx context.Context, arg string) (policy.Key, *policy.View, error) {
+	kind, name, qualified := strings.Cut(arg, "/")
+	if !qualified {
+		kind, name = "", arg
+	}
+	var candidates []policy.Key
+	switch strings.ToLower(kind) {
+	case "", "teardownpolicy", "teardownpolicies", "tdp":
+		candidates = append(candidates, policy.Key{Kind: policy.KindNamespaced, Namespace: r.kube.namespace(), Name: name})
+	}
+	switch strings.ToLower(kind) {
+	case "", "clusterteardownpolicy", "clusterteardownpolicies", "ctdp":
+		candidates = append(candidates, policy.Key{Kind: policy.KindCluster, Name: name})
+	}
+	if len(candidates) == 0 {
+		return policy.Key{}, nil, usageError("--policy %q: name it TeardownPolicy/NAME or ClusterTeardownPolicy/NAME", arg)
+	}
+	var found []policy.Key
+	var views []*policy.View
+	for _, key := range candidates {
+		v, err := r.kube.getPolicy(ctx, key)
+		if err != nil {
+			return policy.Key{}, nil, err
+		}
+		if v != nil {
+			found, views = append(found, key), append(views, v)
+		}
+	}
+	switch {
+	case len(found) == 1:
+		return found[0], views[0], nil
+	case len(found) > 1:
+		return policy.Key{}, nil, usageError("--policy %q: both %s and %s exist; name one with its kind", arg, found[0], found[1])
+	case len(candidates) == 1:
+		return candidates[0], nil, nil // drain a deleted policy's finalizer
+	}
+	return policy.Key{}, nil, usageError("--policy %q: no such policy; to drain a deleted policy's finalizer, name it TeardownPolicy/NAME (with -n) or ClusterTeardownPolicy/NAME", arg)
+}
+
+// getPolicy reads a policy; nil when it does not exist.
+func (k *kube) getPolicy(ctx context.Context, key policy.Key) (*policy.View, error) {
+	var obj client.Object = &v1alpha1.ClusterTeardownPolicy{}
+	if key.Namespaced() {
+		obj = &v1alpha1.TeardownPolicy{}
+	}
+	if err := k.client.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, apiError(err)
+	}
+	v, err := policy.ViewOf(obj)
+	return &v, err
+}

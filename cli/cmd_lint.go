@@ -1,0 +1,117 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/teardown-dev/teardown-operator/cli/discovery"
+	"github.com/teardown-dev/teardown-operator/cli/lint"
+	"github.com/teardown-dev/teardown-operator/cli/manifest"
+)
+
+func (r *root) lintCommand() *cobra.Command {
+	var output, kindsFile, failOn string
+	cmd := &cobra.Command{
+		Use:   "lint FILE|DIR|- ...",
+		Short: "Check policies offline, as the API server and the operator would",
+		Long: `Reads multi-document YAML (files, directories walked for *.yaml, *.yml and *.json, or - for
+stdin such as kustomize build output), skips what is not a TeardownPolicy or ClusterTeardownPolicy,
+and checks each policy against the CRD schema and with the operator's compiler. It also flags what
+compiles but is risky: ` + lint.RiskUnboundedWait + `, ` + lint.RiskRetainWithoutTimeout + `, ` +
+			lint.RiskJobWithoutDeadline + `, ` + lint.RiskSecretOverPlainHTTP + `. A policy accepts a risk with the
+annotation ` + lint.AnnotationIgnore + `: "<code>,...".
+
+Exit status: 0 clean, 1 problems found, 2 usage error (no such file, not YAML).`,
+		Example: `  kubectl teardown lint policies/
+  kustomize build overlays/prod | kubectl teardown lint -
+  kubectl teardown lint --kinds kinds.json -o json policies/`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageError("lint needs at least one FILE, DIR or - (stdin)")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "text" && output != "json" {
+				return usageError("--output %q: must be text or json", output)
+			}
+			if failOn != string(lint.Error) && failOn != string(lint.Warning) {
+				return usageError("--fail-on %q: must be error or warning", failOn)
+			}
+			opts := lint.Options{Namespace: r.namespaceOr("default")}
+			if kindsFile != "" {
+				k, err := discovery.Load(kindsFile)
+				if err != nil {
+					return usageError("--kinds: %v", err)
+				}
+				opts.Kinds = k
+			}
+			docs, err := manifest.Read(args, r.streams.In)
+			if err != nil {
+				return readError(err)
+			}
+			l, err := lint.New(opts)
+			if err != nil {
+				return err
+			}
+			res := l.Lint(cmd.Context(), docs)
+			if err := r.printLint(res, output); err != nil {
+				return err
+			}
+			if res.Errors > 0 || failOn == string(lint.Warning) && res.Warnings > 0 {
+				return findings
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().StringVar(&kindsFile, "kinds", "", "check kinds against this discovery dump (kubectl teardown kinds, or kubectl api-resources output)")
+	cmd.Flags().StringVar(&failOn, "fail-on", "warning", "exit 1 on problems of this severity or worse: error or warning")
+	return cmd
+}
+
+func (r *root) printLint(res lint.Result, output string) error {
+	out := r.streams.Out
+	if output == "json" {
+		if res.Problems == nil {
+			res.Problems = []lint.Problem{}
+		}
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	for _, p := range res.Problems {
+		fmt.Fprintln(out, p.String())
+	}
+	fmt.Fprintf(out, "%d %s checked in %d %s: %d %s, %d %s\n", res.Policies, plural(res.Policies, "policy", "policies"),
+		res.Documents, plural(res.Documents, "document", "documents"), res.Errors, plural(res.Errors, "error", "errors"),
+		res.Warnings, plural(res.Warnings, "warning", "warnings"))
+	return nil
+}
+
+// readError turns an unreadable input into a usage error.
+func readError(err error) error {
+	var re *manifest.ReadError
+	if errors.As(err, &re) {
+		return &ExitError{Code: ExitUsage, Err: err}
+	}
+	return err
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// namespaceOr is the namespace -n names, or def.
+func (r *root) namespaceOr(def string) string {
+	if r.flags.Namespace != nil && *r.flags.Namespace != "" {
+		return *r.flags.Namespace
+	}
+	return def
+}

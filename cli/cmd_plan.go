@@ -1,0 +1,223 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/pipeline"
+	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/steps"
+)
+
+// planReport is what plan found for one object, as -o yaml|json prints it.
+type planReport struct {
+	Object   string         `json:"object"`
+	Policies []policyReport `json:"policies"`
+	// Delete is the API server's verdict on deleting the object (a dry run).
+	Delete string `json:"delete"`
+}
+
+type policyReport struct {
+	Policy    string       `json:"policy"`
+	Protects  bool         `json:"protects"`
+	Why       string       `json:"why,omitempty"`
+	Finalizer string       `json:"finalizer,omitempty"`
+	Steps     []stepReport `json:"steps,omitempty"`
+}
+
+type stepReport struct {
+	Name     string `json:"name"`
+	Kind     string `json:"kind"`
+	Guard    string `json:"when,omitempty"`
+	Summary  string `json:"plan"`
+	Error    string `json:"error,omitempty"`
+	Rendered any    `json:"rendered,omitempty"`
+}
+
+func (r *root) planCommand() *cobra.Command {
+	var output, file string
+	cmd := &cobra.Command{
+		Use:   "plan KIND/NAME | -f POLICY_FILE",
+		Short: "Show what deleting an object would run now, without running it",
+		Long: `For KIND/NAME: which policies protect the object (and which would but do not, and why), then
+for each the pipeline as it would run now: guards evaluated, http requests rendered (Secret values
+redacted), Job manifests rendered, wait conditions and lookups evaluated; and the API server's
+verdict on deleting it (kubectl delete --dry-run=server). Nothing is sent, created or changed.
+
+With -f: the objects in the cluster that a policy file would protect, before it is applied.`,
+		Example: `  kubectl teardown plan manageddatabase/orders -n shop
+  kubectl teardown plan -f policies/database-dump-job.yaml -n shop`,
+		ValidArgsFunction: r.completeTargets,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "text" && output != "yaml" && output != "json" {
+				return usageError("--output %q: must be text, yaml or json", output)
+			}
+			if err := r.kube.connect(); err != nil {
+				return err
+			}
+			if file != "" {
+				if len(args) > 0 {
+					return usageError("plan takes KIND/NAME or -f FILE, not both")
+				}
+				return r.planFile(cmd.Context(), file, output)
+			}
+			if len(args) != 1 {
+				return usageError("plan takes one KIND/NAME (or -f FILE)")
+			}
+			rep, err := r.plan(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return r.print(rep, output, func(w io.Writer) { printPlan(w, rep) })
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, yaml or json")
+	cmd.Flags().StringVarP(&file, "filename", "f", "", "a policy file: list the objects it would protect")
+	return cmd
+}
+
+// plan builds the report for the object arg names.
+func (r *root) plan(ctx context.Context, arg string) (*planReport, error) {
+	t, err := r.kube.getTarget(ctx, arg)
+	if err != nil {
+		return nil, err
+	}
+	compiler, err := r.kube.liveCompiler()
+	if err != nil {
+		return nil, err
+	}
+	views, err := r.kube.policiesFor(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	rep := &planReport{Object: describeObject(t.GVK.Kind, t.Object)}
+	for _, v := range views {
+		rep.Policies = append(rep.Policies, r.planPolicy(ctx, compiler, v, t))
+	}
+	rep.Delete = r.kube.dryRunDelete(ctx, t.Object)
+	return rep, nil
+}
+
+// planPolicy reports one policy that targets the object's kind.
+func (r *root) planPolicy(ctx context.Context, compiler *policy.Compiler, v policy.View, t *target) policyReport {
+	pr := policyReport{Policy: v.Key.String(), Finalizer: v.Key.Finalizer()}
+	if c := readyCondition(v.Status); c != nil && c.Status != "True" {
+		pr.Why = fmt.Sprintf("the policy is not Ready (%s: %s)", c.Reason, c.Message)
+		return pr
+	}
+	c, errs := compiler.Compile(v)
+	if len(errs) > 0 {
+		pr.Why = "the policy does not compile: " + errs.ToAggregate().Error()
+		return pr
+	}
+	if why := r.kube.selectsWhyNot(ctx, c, t.Object); why != "" {
+		pr.Why = why
+		return pr
+	}
+	pr.Protects = true
+	if !slices.Contains(t.Object.GetFinalizers(), c.Finalizer) {
+		pr.Why = "selected, but the finalizer is not on the object yet (is the operator running?)"
+	}
+	if c.Suspended {
+		pr.Why = "the policy is suspended: deleting the object would not run this pipeline"
+	}
+	pr.Steps = planSteps(ctx, c, t)
+	return pr
+}
+
+// planSteps renders each step as the run's first pass would see it.
+func planSteps(ctx context.Context, c *policy.Compiled, t *target) []stepReport {
+	snapshot, err := policy.Snapshot(t.Object.DeepCopy().Object)
+	if err != nil {
+		return []stepReport{{Name: "-", Error: err.Error()}}
+	}
+	run := c.NewRun(t.GVK, t.Object, snapshot)
+	run.UID = "plan"
+	now := time.Now()
+	var out []stepReport
+	for _, s := range c.Pipeline.Steps {
+		sr := stepReport{Name: s.Spec.Name, Kind: s.Kind}
+		ss := &v1alpha1.StepStatus{Name: s.Spec.Name, Attempts: 1}
+		in := pipeline.Input(run, ss, now)
+		if s.When != nil {
+			ok, err := s.When.EvalBool(ctx, in.Vars)
+			switch {
+			case err != nil:
+				sr.Guard = fmt.Sprintf("%s: cannot be evaluated now (%v); decided when the step is reached", s.When, err)
+			case !ok:
+				sr.Guard, sr.Summary = fmt.Sprintf("%s: false", s.When), "skipped"
+				out = append(out, sr)
+				continue
+			default:
+				sr.Guard = fmt.Sprintf("%s: true", s.When)
+			}
+		}
+		if p, ok := s.Action.(steps.Planner); ok {
+			plan := p.Plan(ctx, in)
+			sr.Summary, sr.Error, sr.Rendered = plan.Summary, plan.Err, plan.Rendered
+		} else {
+			sr.Summary = "run the " + s.Kind + " step"
+		}
+		out = append(out, sr)
+	}
+	return out
+}
+
+// dryRunDelete asks the API server whether the object may be deleted, changing nothing.
+func (k *kube) dryRunDelete(ctx context.Context, obj *unstructured.Unstructured) string {
+	o := obj.DeepCopy()
+	if err := k.client.Delete(ctx, o, client.DryRunAll); err != nil {
+		return "refused: " + oneLine(err.Error())
+	}
+	if fins := obj.GetFinalizers(); len(fins) > 0 {
+		return fmt.Sprintf("allowed (dry run): the object would be marked for deletion and held by its finalizers %s", strings.Join(fins, ", "))
+	}
+	return "allowed (dry run): the object would be deleted at once, with no finalizer to hold it"
+}
+
+func printPlan(w io.Writer, rep *planReport) {
+	fmt.Fprintf(w, "%s\n", rep.Object)
+	if len(rep.Policies) == 0 {
+		fmt.Fprintf(w, "  no TeardownPolicy or ClusterTeardownPolicy targets this kind\n")
+	}
+	for _, p := range rep.Policies {
+		verdict := "protects it"
+		if !p.Protects {
+			verdict = "does not protect it: " + p.Why
+		} else if p.Why != "" {
+			verdict += " (" + p.Why + ")"
+		}
+		fmt.Fprintf(w, "\n%s %s\n", p.Policy, verdict)
+		for i, s := range p.Steps {
+			fmt.Fprintf(w, "  %d. %s (%s): %s\n", i+1, s.Name, s.Kind, s.Summary)
+			if s.Guard != "" {
+				fmt.Fprintf(w, "       when %s\n", s.Guard)
+			}
+			if s.Error != "" {
+				fmt.Fprintf(w, "       would fail: %s\n", s.Error)
+			}
+			if s.Rendered != nil {
+				raw, _ := yaml.Marshal(s.Rendered)
+				fmt.Fprintf(w, "       %s\n", strings.ReplaceAll(strings.TrimSpace(string(raw)), "\n", "\n       "))
+			}
+		}
+	}
+	fmt.Fprintf(w, "\ndelete: %s\n", rep.Delete)
+}
+
+func describeObject(kind string, obj *unstructured.Unstructured) string {
+	if ns := obj.GetNamespace(); ns != "" {
+		return fmt.Sprintf("%s %s/%s", kind, ns, obj.GetName())
+	}
+	return fmt.Sprintf("%s %s", kind, obj.GetName())
+}

@@ -1,0 +1,160 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/metadata"
+)
+
+// drainer releases matching finalizers, kind by kind, reading metadata only.
+type drainer struct {
+	kube                *kube
+	out, errOut         io.Writer
+	match               drained
+	dryRun              bool
+	mc                  metadata.Interface
+	objects, finalizers int
+}
+
+// allKinds lists every kind whose objects can be listed and patched.
+func (d *drainer) allKinds() ([]schema.GroupVersionResource, error) {
+	dc, err := d.kube.flags.ToDiscoveryClient()
+	if err != nil {
+		return nil, usageError("discovery: %v", err)
+	}
+	lists, err := dc.ServerPreferredResources()
+	if err != nil {
+		if len(lists) == 0 {
+			return nil, apiError(err)
+		}
+		fmt.Fprintf(d.errOut, "warning: some API groups could not be read, and are not drained: %s\n", oneLine(err.Error()))
+	}
+	var out []schema.GroupVersionResource
+	for _, l := range discovery.FilteredBy(discovery.SupportsAllVerbs{Verbs: []string{"list", "patch"}}, lists) {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, res := range l.APIResources {
+			if !strings.Contains(res.Name, "/") {
+				out = append(out, gv.WithResource(res.Name))
+			}
+		}
+	}
+	return out, nil
+}
+
+// drainKind releases the matching finalizers of every object of one kind, page by page.
+func (d *drainer) drainKind(ctx context.Context, gvr schema.GroupVersionResource) error {
+	if d.mc == nil {
+		mc, err := metadata.NewForConfig(d.kube.cfg)
+		if err != nil {
+			return err
+		}
+		d.mc = mc
+	}
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := d.mc.Resource(gvr).List(ctx, opts)
+		if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
+			return nil
+		}
+		if err != nil {
+			return apiError(fmt.Errorf("listing %s: %w", gvr.GroupResource(), err))
+		}
+		for i := range list.Items {
+			if err := d.release(ctx, gvr, &list.Items[i]); err != nil {
+				return err
+			}
+		}
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			return nil
+		}
+	}
+}
+
+// release removes one object's matching finalizers, keeping every other controller's; a
+// conflict (the object changed) reads it again.
+func (d *drainer) release(ctx context.Context, gvr schema.GroupVersionResource, obj *metav1.PartialObjectMetadata) error {
+	for try := 0; ; try++ {
+		keep := slices.DeleteFunc(slices.Clone(obj.Finalizers), func(f string) bool { return d.match(f, obj.Namespace) })
+		if len(keep) == len(obj.Finalizers) {
+			return nil
+		}
+		gone := len(obj.Finalizers) - len(keep)
+		if !d.dryRun {
+			err := d.patch(ctx, gvr, obj, keep)
+			if apierrors.IsConflict(err) && try < 5 {
+				if obj, err = d.mc.Resource(gvr).Namespace(obj.Namespace).Get(ctx, obj.Name, metav1.GetOptions{}); err != nil {
+					return ignoreNotFound(err)
+				}
+				continue
+			}
+			if err = ignoreNotFound(err); err != nil {
+				return apiError(fmt.Errorf("releasing %s %s: %w", gvr.GroupResource(), nameOf(obj), err))
+			}
+		}
+		d.report(gvr, obj, keep)
+		d.objects++
+		d.finalizers += gone
+		return nil
+	}
+}
+
+func (d *drainer) patch(ctx context.Context, gvr schema.GroupVersionResource, obj *metav1.PartialObjectMetadata, keep []string) error {
+	if keep == nil {
+		keep = []string{}
+	}
+	// The resource version makes the patch fail on a change since the read, so a finalizer
+	// another controller added meanwhile is not dropped.
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": obj.ResourceVersion, "finalizers": keep}})
+	if err != nil {
+		return err
+	}
+	_, err = d.mc.Resource(gvr).Namespace(obj.Namespace).Patch(ctx, obj.Name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "kubectl-teardown"})
+	return err
+}
+
+func (d *drainer) report(gvr schema.GroupVersionResource, obj *metav1.PartialObjectMetadata, keep []string) {
+	var released []string
+	for _, f := range obj.Finalizers {
+		if !slices.Contains(keep, f) {
+			released = append(released, f)
+		}
+	}
+	verb, note := "released", ""
+	if d.dryRun {
+		verb = "would release"
+	}
+	if obj.DeletionTimestamp != nil {
+		note = " (being deleted: its deletion completes now)"
+		if len(keep) > 0 {
+			note = fmt.Sprintf(" (being deleted: still held by %s)", strings.Join(keep, ", "))
+		}
+	}
+	fmt.Fprintf(d.out, "%s %s from %s %s%s\n", verb, strings.Join(released, ", "), gvr.GroupResource(), nameOf(obj), note)
+}
+
+func nameOf(obj *metav1.PartialObjectMetadata) string {
+	if obj.Namespace != "" {
+		return obj.Namespace + "/" + obj.Name
+	}
+	return obj.Name
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

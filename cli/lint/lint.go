@@ -1,0 +1,257 @@
+// Package lint checks TeardownPolicies and ClusterTeardownPolicies without a cluster, exactly as
+// the API server and the operator would: the CRD schema and its rules, then the operator's own
+// compiler. It also flags what compiles but is risky in production (risks.go).
+package lint
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/cli/discovery"
+	"github.com/teardown-dev/teardown-operator/cli/manifest"
+	cschema "github.com/teardown-dev/teardown-operator/cli/schema"
+	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/internal/expr"
+	"github.com/teardown-dev/teardown-operator/steps"
+	"github.com/teardown-dev/teardown-operator/steps/builtin"
+)
+
+// AnnotationIgnore on a policy lists risk codes its authors accepted (comma-separated), so lint
+// stops flagging them for that policy. Errors cannot be ignored.
+const AnnotationIgnore = "lint.teardown.dev/ignore"
+
+// Severity of a problem.
+type Severity string
+
+const (
+	// Error: the API server refuses the policy, or the operator marks it not Ready.
+	Error Severity = "error"
+	// Warning: the policy runs, but risks holding objects forever or leaking a secret.
+	Warning Severity = "warning"
+)
+
+// Problem is one finding, at a field of one policy of one document.
+type Problem struct {
+	File     string   `json:"file"`
+	Document int      `json:"document"`
+	Line     int      `json:"line,omitempty"`
+	Policy   string   `json:"policy,omitempty"`
+	Field    string   `json:"field"`
+	Severity Severity `json:"severity"`
+	// Code is "schema" (the API server refuses it), "compile" (the operator refuses it), or the
+	// code of a risk.
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (p Problem) String() string {
+	loc := fmt.Sprintf("%s:%d", p.File, p.Line)
+	if p.Line == 0 {
+		loc = fmt.Sprintf("%s (document %d)", p.File, p.Document)
+	}
+	pol := ""
+	if p.Policy != "" {
+		pol = p.Policy + ": "
+	}
+	// A CEL error spans lines (the expression, a caret under the fault): indent them under it.
+	msg := strings.ReplaceAll(p.Message, "\n", "\n    ")
+	return fmt.Sprintf("%s: %s: %s%s: %s [%s]", loc, p.Severity, pol, p.Field, msg, p.Code)
+}
+
+// Result is what a lint found.
+type Result struct {
+	Documents int       `json:"documents"`
+	Policies  int       `json:"policies"`
+	Errors    int       `json:"errors"`
+	Warnings  int       `json:"warnings"`
+	Problems  []Problem `json:"problems"`
+}
+
+// Options configure a Linter.
+type Options struct {
+	// Kinds, when set, is the cluster's discovery: target, lookup and job kinds are checked
+	// against it. Nil checks what needs no cluster.
+	Kinds *discovery.Kinds
+	// Namespace is the namespace of TeardownPolicies whose metadata names none (kubectl's -n).
+	Namespace string
+}
+
+// Linter checks policies. It is not safe for concurrent use.
+type Linter struct {
+	opts     Options
+	schema   *cschema.Validator
+	compiler *policy.Compiler
+	seen     map[policy.Key]string
+}
+
+// New returns a Linter that compiles with the built-in step kinds.
+func New(opts Options) (*Linter, error) {
+	if opts.Namespace == "" {
+		opts.Namespace = "default"
+	}
+	v, err := cschema.New()
+	if err != nil {
+		return nil, fmt.Errorf("loading the CRD schemas: %w", err)
+	}
+	env, err := expr.NewEnv()
+	if err != nil {
+		return nil, err
+	}
+	var kinds steps.Registry
+	for _, f := range builtin.Kinds(builtin.Options{}) {
+		kinds = append(kinds, f(steps.Deps{}))
+	}
+	var scope func(schema.GroupVersionKind) (bool, error)
+	if opts.Kinds != nil {
+		scope = opts.Kinds.Namespaced
+	}
+	return &Linter{opts: opts, schema: v, compiler: policy.NewCompiler(env, kinds, scope), seen: map[policy.Key]string{}}, nil
+}
+
+// IsPolicy reports whether an object is a TeardownPolicy or ClusterTeardownPolicy, of any version.
+func IsPolicy(u *unstructured.Unstructured) bool {
+	gvk := u.GroupVersionKind()
+	return gvk.Group == v1alpha1.Group && (gvk.Kind == policy.KindNamespaced || gvk.Kind == policy.KindCluster)
+}
+
+// Lint checks every policy among docs; other documents are skipped.
+func (l *Linter) Lint(ctx context.Context, docs []*manifest.Document) Result {
+	var res Result
+	for _, d := range docs {
+		res.Documents++
+		if !IsPolicy(d.Object) {
+			continue
+		}
+		res.Policies++
+		for _, p := range l.lintDoc(ctx, d) {
+			if p.Severity == Error {
+				res.Errors++
+			} else {
+				res.Warnings++
+			}
+			res.Problems = append(res.Problems, p)
+		}
+	}
+	return res
+}
+
+// lintDoc checks one policy document.
+func (l *Linter) lintDoc(ctx context.Context, d *manifest.Document) []Problem {
+	obj := d.Object.DeepCopy()
+	gvk := obj.GroupVersionKind()
+	key := policy.Key{Kind: obj.GetKind(), Name: obj.GetName()}
+	if key.Kind == policy.KindNamespaced {
+		key.Namespace = obj.GetNamespace()
+		if key.Namespace == "" {
+			key.Namespace = l.opts.Namespace
+		}
+	}
+	name := key.String()
+	at := func(sev Severity, code string, errs field.ErrorList) []Problem {
+		var out []Problem
+		for _, e := range errs {
+			out = append(out, Problem{File: d.Source, Document: d.Index, Line: d.LineOf(e.Field), Policy: name,
+				Field: e.Field, Severity: sev, Code: code, Message: message(e)})
+		}
+		return out
+	}
+	if !l.schema.Knows(gvk) {
+		return at(Error, "schema", field.ErrorList{field.NotSupported(field.NewPath("apiVersion"), obj.GetAPIVersion(),
+			[]string{v1alpha1.GroupVersion.String()})})
+	}
+	if errs := l.schema.Validate(ctx, gvk, obj.Object); len(errs) > 0 {
+		return at(Error, "schema", errs)
+	}
+	view, errs := l.decode(obj)
+	if len(errs) > 0 {
+		return at(Error, "schema", errs)
+	}
+	var out []Problem
+	if prev, dup := l.seen[view.Key]; dup {
+		out = append(out, at(Error, "duplicate", field.ErrorList{field.Duplicate(field.NewPath("metadata", "name"),
+			view.Key.Name+" (also defined at "+prev+")")})...)
+	}
+	l.seen[view.Key] = d.Where(0)
+	_, cerrs := l.compiler.Compile(view)
+	cerrs = append(cerrs, l.kindErrors(view)...)
+	out = append(out, at(Error, "compile", cerrs)...)
+	ignored := ignoredRisks(obj.GetAnnotations())
+	for _, r := range Risks(view.Spec) {
+		if !ignored[r.Code] {
+			out = append(out, at(Warning, r.Code, field.ErrorList{r.Err})...)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
+	return out
+}
+
+// decode turns the defaulted object into the typed policy the compiler reads.
+func (l *Linter) decode(obj *unstructured.Unstructured) (policy.View, field.ErrorList) {
+	raw, err := json.Marshal(obj.Object)
+	if err != nil {
+		return policy.View{}, field.ErrorList{field.InternalError(nil, err)}
+	}
+	var typed client.Object
+	if obj.GetKind() == policy.KindNamespaced {
+		p := &v1alpha1.TeardownPolicy{}
+		typed = p
+		if err = json.Unmarshal(raw, p); err == nil && p.Namespace == "" {
+			p.Namespace = l.opts.Namespace
+		}
+	} else {
+		typed = &v1alpha1.ClusterTeardownPolicy{}
+		err = json.Unmarshal(raw, typed)
+	}
+	if err != nil {
+		return policy.View{}, field.ErrorList{field.Invalid(field.NewPath("spec"), nil, err.Error())}
+	}
+	view, err := policy.ViewOf(typed)
+	if err != nil {
+		return policy.View{}, field.ErrorList{field.InternalError(nil, err)}
+	}
+	if typed.GetName() == "" {
+		return view, field.ErrorList{field.Required(field.NewPath("metadata", "name"), "")}
+	}
+	return view, nil
+}
+
+// kindErrors checks the target kind against the discovery dump, when there is one.
+func (l *Linter) kindErrors(v policy.View) field.ErrorList {
+	if l.opts.Kinds == nil {
+		return nil
+	}
+	gv, err := schema.ParseGroupVersion(v.Spec.TargetRef.APIVersion)
+	if err != nil {
+		return nil // reported by the compiler
+	}
+	if _, err := l.opts.Kinds.Namespaced(gv.WithKind(v.Spec.TargetRef.Kind)); err != nil {
+		return field.ErrorList{field.Invalid(field.NewPath("spec", "targetRef", "kind"), v.Spec.TargetRef.Kind, err.Error())}
+	}
+	return nil
+}
+
+// message is an error without its field path, which Problem carries apart.
+func message(e *field.Error) string {
+	msg := strings.TrimPrefix(e.ErrorBody(), "Invalid value: ")
+	// The OpenAPI validator repeats the path: "spec.x in body should match ...".
+	return strings.ReplaceAll(msg, e.Field+" in body ", "")
+}
+
+func ignoredRisks(ann map[string]string) map[string]bool {
+	out := map[string]bool{}
+	for _, c := range strings.Split(ann[AnnotationIgnore], ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			out[c] = true
+		}
+	}
+	return out
+}

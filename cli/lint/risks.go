@@ -1,0 +1,83 @@
+package lint
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+)
+
+// Codes of the risks lint flags.
+const (
+	// RiskUnboundedWait: a step waits on something (a condition, a poll, a Job) with no timeout
+	// on it or on the pipeline; if the thing never happens, the object is held forever.
+	RiskUnboundedWait = "unbounded-wait"
+	// RiskRetainWithoutTimeout: failurePolicy Retain and no timeout anywhere.
+	RiskRetainWithoutTimeout = "retain-without-timeout"
+	// RiskJobWithoutDeadline: a Job with neither a step timeout nor activeDeadlineSeconds.
+	RiskJobWithoutDeadline = "job-without-deadline"
+	// RiskSecretOverPlainHTTP: a Secret sent as a header over plain http://.
+	RiskSecretOverPlainHTTP = "secret-over-plain-http"
+)
+
+// Risk is what compiles but is risky, at the field to change.
+type Risk struct {
+	Code string
+	Err  *field.Error
+}
+
+// Risks returns the risks of a policy's spec.
+func Risks(spec *v1alpha1.TeardownPolicySpec) []Risk {
+	var out []Risk
+	add := func(code string, path *field.Path, format string, args ...any) {
+		out = append(out, Risk{Code: code, Err: field.Invalid(path, field.OmitValueType{}, fmt.Sprintf(format, args...))})
+	}
+	bounded := spec.Timeout != nil
+	anyTimeout := bounded
+	for i := range spec.Steps {
+		s := &spec.Steps[i]
+		p := field.NewPath("spec", "steps").Index(i)
+		anyTimeout = anyTimeout || s.Timeout != nil
+		if what := waitsOn(s); what != "" && s.Timeout == nil && !bounded {
+			add(RiskUnboundedWait, p, "step %q waits for %s with no timeout on the step or the pipeline: if that never happens, the object is held forever; set timeout", s.Name, what)
+		}
+		if s.Job != nil && s.Timeout == nil && !hasActiveDeadline(s.Job) {
+			add(RiskJobWithoutDeadline, p.Child("timeout"), "step %q runs a Job with no timeout and no activeDeadlineSeconds: a hung Job runs (and holds the object) forever; the step's timeout also caps the Job's activeDeadlineSeconds", s.Name)
+		}
+		if s.HTTP != nil && strings.HasPrefix(strings.ToLower(strings.TrimSpace(s.HTTP.URL)), "http://") {
+			for _, h := range s.HTTP.Headers {
+				if h.ValueFrom != nil && h.ValueFrom.SecretKeyRef != nil {
+					add(RiskSecretOverPlainHTTP, p.Child("http", "url"), "step %q sends header %s from Secret %s over plain http://, readable on the network; use https://", s.Name, h.Name, h.ValueFrom.SecretKeyRef.Name)
+					break
+				}
+			}
+		}
+	}
+	if !anyTimeout && (spec.FailurePolicy == "" || spec.FailurePolicy == v1alpha1.FailurePolicyRetain) {
+		add(RiskRetainWithoutTimeout, field.NewPath("spec", "failurePolicy"), "failurePolicy is Retain and no timeout bounds the pipeline or any step: a teardown that never ends holds the object until someone breaks glass; set spec.timeout")
+	}
+	return out
+}
+
+// waitsOn says what a step waits for, or "" when it does not wait.
+func waitsOn(s *v1alpha1.Step) string {
+	switch {
+	case s.Wait != nil && s.Wait.Until != "":
+		return "its until condition"
+	case s.HTTP != nil && s.HTTP.Poll != nil:
+		return "its successCondition (it polls)"
+	case s.Job != nil:
+		return "its Job to finish"
+	}
+	return ""
+}
+
+func hasActiveDeadline(j *v1alpha1.JobStep) bool {
+	var spec struct {
+		ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds"`
+	}
+	return json.Unmarshal(j.Template.Spec.Raw, &spec) == nil && spec.ActiveDeadlineSeconds != nil
+}

@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/teardown-dev/teardown-operator/cli/manifest"
+	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/internal/expr"
+	"github.com/teardown-dev/teardown-operator/steps"
+	"github.com/teardown-dev/teardown-operator/steps/httpstep"
+	"github.com/teardown-dev/teardown-operator/steps/jobstep"
+	"github.com/teardown-dev/teardown-operator/steps/wait"
+)
+
+// errReadOnly is what a plan's client answers any write with: a plan never changes the cluster.
+var errReadOnly = fmt.Errorf("kubectl teardown plan is read-only")
+
+// readOnly is c with every write refused.
+func readOnly(c client.WithWatch) client.Client {
+	refuse := func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error {
+		return errReadOnly
+	}
+	return interceptor.NewClient(c, interceptor.Funcs{
+		Create: refuse,
+		Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error {
+			return errReadOnly
+		},
+		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+			return errReadOnly
+		},
+		Delete: func(context.Context, client.WithWatch, client.Object, ...client.DeleteOption) error {
+			return errReadOnly
+		},
+		DeleteAllOf: func(context.Context, client.WithWatch, client.Object, ...client.DeleteAllOfOption) error {
+			return errReadOnly
+		},
+		SubResourceUpdate: func(context.Context, client.Client, string, client.Object, ...client.SubResourceUpdateOption) error {
+			return errReadOnly
+		},
+		SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
+			return errReadOnly
+		},
+		SubResourceCreate: func(context.Context, client.Client, string, client.Object, client.Object, ...client.SubResourceCreateOption) error {
+			return errReadOnly
+		},
+	})
+}
+
+// liveCompiler compiles policies as the operator in this cluster would: the built-in step
+// kinds, reading (never writing) through the user's credentials, and discovery for scopes.
+func (k *kube) liveCompiler() (*policy.Compiler, error) {
+	wc, err := client.NewWithWatch(k.cfg, client.Options{Scheme: manifest.Scheme, Mapper: k.mapper})
+	if err != nil {
+		return nil, err
+	}
+	ro := readOnly(wc)
+	env, err := expr.NewEnv()
+	if err != nil {
+		return nil, err
+	}
+	kinds := steps.Registry{
+		wait.New(wait.NewAPILister(ro, k.mapper)),
+		httpstep.New(ro, func(types.NamespacedName) {}, httpstep.Options{}),
+		jobstep.New(ro, ro, nil, func(context.Context, string) bool { return false }, jobstep.Options{}),
+	}
+	return policy.NewCompiler(env, kinds, policy.KindScope(k.mapper)), nil
+}
+
+// age is a duration as kubectl prints ages.
+func age(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < 2*time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < 2*time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// labelSet adapts a map to labels.Labels.
+func labelSet(m map[string]string) labels.Set { return labels.Set(m) }

@@ -1,0 +1,154 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/policy"
+)
+
+// policiesFor lists the policies whose target kind is the object's: the TeardownPolicies of its
+// namespace and every ClusterTeardownPolicy.
+func (k *kube) policiesFor(ctx context.Context, t *target) ([]policy.View, error) {
+	all, err := k.policies(ctx, t.Object.GetNamespace())
+	if err != nil {
+		return nil, err
+	}
+	var out []policy.View
+	for _, v := range all {
+		gv, err := schema.ParseGroupVersion(v.Spec.TargetRef.APIVersion)
+		if err == nil && gv.WithKind(v.Spec.TargetRef.Kind) == t.GVK {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// policies lists the TeardownPolicies of namespace ns (none when ns is empty) and every
+// ClusterTeardownPolicy.
+func (k *kube) policies(ctx context.Context, ns string) ([]policy.View, error) {
+	var out []policy.View
+	if ns != "" {
+		var tps v1alpha1.TeardownPolicyList
+		if err := k.client.List(ctx, &tps, client.InNamespace(ns)); err != nil {
+			return nil, apiError(err)
+		}
+		for i := range tps.Items {
+			v, _ := policy.ViewOf(&tps.Items[i])
+			out = append(out, v)
+		}
+	}
+	var ctps v1alpha1.ClusterTeardownPolicyList
+	if err := k.client.List(ctx, &ctps); err != nil {
+		return nil, apiError(err)
+	}
+	for i := range ctps.Items {
+		v, _ := policy.ViewOf(&ctps.Items[i])
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func readyCondition(s *v1alpha1.TeardownPolicyStatus) *metav1.Condition {
+	return meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionReady)
+}
+
+// selectsWhyNot says why a compiled policy does not select obj; "" when it does.
+func (k *kube) selectsWhyNot(ctx context.Context, c *policy.Compiled, obj *unstructured.Unstructured) string {
+	if !c.InScope(obj.GetNamespace()) {
+		return fmt.Sprintf("a TeardownPolicy protects objects of its own namespace %s only", c.Key.Namespace)
+	}
+	nsLabels := map[string]string{}
+	if ns := obj.GetNamespace(); ns != "" && c.NamespaceSelector != nil {
+		var n corev1.Namespace
+		if err := k.client.Get(ctx, client.ObjectKey{Name: ns}, &n); err == nil {
+			nsLabels = n.Labels
+		}
+	}
+	if !c.Selector.Matches(labelSet(obj.GetLabels())) {
+		return fmt.Sprintf("its selector (%s) does not select the object's labels", c.Selector)
+	}
+	if !c.Selects(obj.GetLabels(), nsLabels, obj.GetNamespace() != "") {
+		if _, made := obj.GetLabels()[v1alpha1.LabelRunUID]; made {
+			return "the object was made by a teardown run, and such objects are never protected"
+		}
+		return fmt.Sprintf("its namespaceSelector (%s) does not select namespace %s", c.NamespaceSelector, obj.GetNamespace())
+	}
+	ok, err := c.MatchObject(ctx, obj.Object)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("its match cannot be evaluated on the object: %v", err)
+	case !ok:
+		return fmt.Sprintf("its match (%s) is false for the object", c.Spec.Match)
+	}
+	return ""
+}
+
+// print writes v as YAML or JSON, or calls text.
+func (r *root) print(v any, output string, text func(io.Writer)) error {
+	switch output {
+	case "json":
+		enc := json.NewEncoder(r.streams.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	case "yaml":
+		raw, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = r.streams.Out.Write(raw)
+		return err
+	}
+	text(r.streams.Out)
+	return nil
+}
+
+// completeTargets completes KIND/NAME: the kinds policies target, then objects of the kind.
+func (r *root) completeTargets(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 || r.kube.connect() != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ctx := cmd.Context()
+	kind, prefix, found := strings.Cut(toComplete, "/")
+	views, err := r.kube.policies(ctx, r.kube.namespace())
+	if err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	var out []string
+	for _, v := range views {
+		gv, _ := schema.ParseGroupVersion(v.Spec.TargetRef.APIVersion)
+		gvk := gv.WithKind(v.Spec.TargetRef.Kind)
+		name := strings.ToLower(gvk.Kind)
+		if !found {
+			out = append(out, name+"/")
+			continue
+		}
+		if !strings.EqualFold(kind, name) {
+			continue
+		}
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := r.kube.client.List(ctx, list, client.InNamespace(r.kube.namespace())); err != nil {
+			continue
+		}
+		for _, it := range list.Items {
+			if strings.HasPrefix(it.GetName(), prefix) {
+				out = append(out, name+"/"+it.GetName())
+			}
+		}
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
+}
