@@ -33,6 +33,10 @@ build: ## Build the operator into bin/.
 plugin: ## Build the kubectl plugin, kubectl-teardown, into bin/ (put bin/ on PATH: kubectl teardown).
 	$(GO) build -o $(BIN)/kubectl-teardown ./cmd/kubectl-teardown
 
+.PHONY: plugin-archives
+plugin-archives: ## Build kubectl-teardown for linux and darwin (amd64, arm64) and the krew manifest into bin/plugin/.
+	bash plugins/archives.sh
+
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code from the API markers.
 	$(CONTROLLER_GEN) object paths=./api/...
@@ -107,5 +111,5 @@ bench: control-plane build ## Teardown benchmark on the local kwok cluster (N=10
 ##@ Demo
 
 .PHONY: demo
-demo: control-plane build ## Start a cluster, install, delete a protected object and watch its teardown.
+demo: control-plane build plugin ## Start a cluster, install, delete a protected object and watch its teardown.
 	bash test/demo/demo.sh

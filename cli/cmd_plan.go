@@ -36,16 +36,18 @@ type policyReport struct {
 }
 
 type stepReport struct {
-	Name     string `json:"name"`
-	Kind     string `json:"kind"`
-	Guard    string `json:"when,omitempty"`
-	Summary  string `json:"plan"`
-	Error    string `json:"error,omitempty"`
-	Rendered any    `json:"rendered,omitempty"`
+	Name    string `json:"name"`
+	Kind    string `json:"kind"`
+	Guard   string `json:"when,omitempty"`
+	Summary string `json:"plan"`
+	Error   string `json:"error,omitempty"`
+	// Destination says the operator refuses the request's destination unless it allows it.
+	Destination string `json:"destination,omitempty"`
+	Rendered    any    `json:"rendered,omitempty"`
 }
 
 func (r *root) planCommand() *cobra.Command {
-	var output, file string
+	var output, file, allowed string
 	cmd := &cobra.Command{
 		Use:   "plan KIND/NAME | -f POLICY_FILE",
 		Short: "Show what deleting an object would run now, without running it",
@@ -54,7 +56,11 @@ for each the pipeline as it would run now: guards evaluated, http requests rende
 redacted), Job manifests rendered, wait conditions and lookups evaluated; and the API server's
 verdict on deleting it (kubectl delete --dry-run=server). Nothing is sent, created or changed.
 
-With -f: the objects in the cluster that a policy file would protect, before it is applied.`,
+With -f: the objects in the cluster that a policy file would protect, before it is applied.
+
+A TeardownPolicy's http steps may not reach loopback, private, link-local or API server addresses
+unless the operator's --http-allowed-destinations allows them: plan renders such requests and says
+so; pass the operator's list with --http-allowed-destinations to check against it.`,
 		Example: `  kubectl teardown plan manageddatabase/orders -n shop
   kubectl teardown plan -f policies/database-dump-job.yaml -n shop`,
 		ValidArgsFunction: r.completeTargets,
@@ -63,6 +69,9 @@ With -f: the objects in the cluster that a policy file would protect, before it 
 				return usageError("--output %q: must be text, yaml or json", output)
 			}
 			if err := r.kube.connect(); err != nil {
+				return err
+			}
+			if err := r.kube.setAllowedDestinations(allowed); err != nil {
 				return err
 			}
 			if file != "" {
@@ -83,6 +92,7 @@ With -f: the objects in the cluster that a policy file would protect, before it 
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, yaml or json")
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "a policy file: list the objects it would protect")
+	cmd.Flags().StringVar(&allowed, "http-allowed-destinations", "", "the operator's --http-allowed-destinations, to check http destinations against")
 	return cmd
 }
 
@@ -132,6 +142,9 @@ func (r *root) planPolicy(ctx context.Context, compiler *policy.Compiler, v poli
 		pr.Why = "the policy is suspended: deleting the object would not run this pipeline"
 	}
 	pr.Steps = planSteps(ctx, c, t)
+	if v.Key.Namespaced() {
+		r.kube.checkDestinations(pr.Steps)
+	}
 	return pr
 }
 
@@ -205,6 +218,9 @@ func printPlan(w io.Writer, rep *planReport) {
 			}
 			if s.Error != "" {
 				fmt.Fprintf(w, "       would fail: %s\n", s.Error)
+			}
+			if s.Destination != "" {
+				fmt.Fprintf(w, "       note: %s\n", s.Destination)
 			}
 			if s.Rendered != nil {
 				raw, _ := yaml.Marshal(s.Rendered)

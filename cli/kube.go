@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/teardown-dev/teardown-operator/cli/manifest"
+	"github.com/teardown-dev/teardown-operator/steps/httpstep"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -23,6 +24,8 @@ type kube struct {
 	cfg    *rest.Config
 	mapper meta.RESTMapper
 	client client.Client
+	// destinations checks http destinations as the operator does by default (plan).
+	destinations *httpstep.Kind
 }
 
 // connect builds the clients; errors are usage errors (no kubeconfig, unreachable cluster).
@@ -35,6 +38,8 @@ func (k *kube) connect() error {
 		return usageError("kubeconfig: %v", err)
 	}
 	cfg.QPS, cfg.Burst = 50, 100
+	// Deprecation warnings of kinds drain lists are not the user's concern; errors are.
+	cfg.WarningHandler = rest.NoWarnings{}
 	mapper, err := k.flags.ToRESTMapper()
 	if err != nil {
 		return usageError("discovery: %v", err)

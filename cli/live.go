@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -53,8 +55,16 @@ func readOnly(c client.WithWatch) client.Client {
 	})
 }
 
+// anywhere admits every address: a plan compiles and renders requests to destinations the
+// operator may have been told to allow (--http-allowed-destinations), and checks them apart
+// (destinations).
+var anywhere = []httpstep.Destination{
+	{Prefix: netip.MustParsePrefix("0.0.0.0/0")}, {Prefix: netip.MustParsePrefix("::/0")},
+}
+
 // liveCompiler compiles policies as the operator in this cluster would: the built-in step
 // kinds, reading (never writing) through the user's credentials, and discovery for scopes.
+// Destinations are not refused here; see destinations.
 func (k *kube) liveCompiler() (*policy.Compiler, error) {
 	wc, err := client.NewWithWatch(k.cfg, client.Options{Scheme: manifest.Scheme, Mapper: k.mapper})
 	if err != nil {
@@ -67,7 +77,7 @@ func (k *kube) liveCompiler() (*policy.Compiler, error) {
 	}
 	kinds := steps.Registry{
 		wait.New(wait.NewAPILister(ro, k.mapper)),
-		httpstep.New(ro, func(types.NamespacedName) {}, httpstep.Options{}),
+		httpstep.New(ro, func(types.NamespacedName) {}, httpstep.Options{AllowedDestinations: anywhere}),
 		jobstep.New(ro, ro, nil, func(context.Context, string) bool { return false }, jobstep.Options{}),
 	}
 	return policy.NewCompiler(env, kinds, policy.KindScope(k.mapper)), nil
@@ -90,3 +100,35 @@ func age(d time.Duration) string {
 
 // labelSet adapts a map to labels.Labels.
 func labelSet(m map[string]string) labels.Set { return labels.Set(m) }
+
+// setAllowedDestinations configures the kind plan checks http destinations with as the operator
+// is: the user's list of its --http-allowed-destinations, and the API server of the kubeconfig.
+func (k *kube) setAllowedDestinations(list string) error {
+	var allowed []httpstep.Destination
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		d, err := httpstep.ParseDestination(s)
+		if err != nil {
+			return usageError("--http-allowed-destinations: %v", err)
+		}
+		allowed = append(allowed, d)
+	}
+	k.destinations = httpstep.New(nil, nil, httpstep.Options{AllowedDestinations: allowed, APIServerHosts: []string{k.cfg.Host}})
+	return nil
+}
+
+// checkDestinations notes on each rendered request of a TeardownPolicy whether the operator
+// refuses its destination by default.
+func (k *kube) checkDestinations(steps []stepReport) {
+	for i := range steps {
+		req, ok := steps[i].Rendered.(httpstep.RenderedRequest)
+		if !ok || k.destinations == nil {
+			continue
+		}
+		if err := k.destinations.CheckURL(req.URL, true); err != nil {
+			steps[i].Destination = fmt.Sprintf("the operator refuses this request unless its --http-allowed-destinations allows the address: %v", err)
+		}
+	}
+}

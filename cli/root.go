@@ -47,6 +47,9 @@ func usageError(format string, args ...any) error {
 // findings ends a command that printed its findings with ExitFindings, printing nothing more.
 var findings = &ExitError{Code: ExitFindings}
 
+// Version is the plugin's version, set at build time (-ldflags -X).
+var Version = "dev"
+
 // root is what every command shares: the streams and the kubeconfig flags.
 type root struct {
 	streams genericiooptions.IOStreams
@@ -74,6 +77,7 @@ Against a cluster:
   drain    release every teardown finalizer (before uninstalling the operator)
   kinds    dump the cluster's kinds for lint --kinds`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl teardown"},
+		Version:       Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

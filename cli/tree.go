@@ -44,7 +44,7 @@ func (r *root) printRunTree(ctx context.Context, w io.Writer, run *v1alpha1.Tear
 			branch, indent = "└─", "   "
 		}
 		ss := run.Status.Step(spec.Name)
-		if ss == nil {
+		if ss == nil || ss.Phase == v1alpha1.StepPending && ss.Attempts == 0 {
 			fmt.Fprintf(w, "%s %s  Pending\n", branch, spec.Name)
 			continue
 		}

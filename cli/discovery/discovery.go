@@ -28,7 +28,7 @@ type NotServedError struct {
 }
 
 func (e *NotServedError) Error() string {
-	return fmt.Sprintf("kind %s is not served (not in %s)", e.GVK.Kind+"."+e.GVK.GroupVersion().String(), e.Source)
+	return fmt.Sprintf("apiVersion %s kind %s is not served (not in %s)", e.GVK.GroupVersion(), e.GVK.Kind, e.Source)
 }
 
 // FromLists builds Kinds from discovery's resource lists.
@@ -109,7 +109,13 @@ func parseTable(path string, raw []byte) (*Kinds, error) {
 		namespaced := strings.HasPrefix(strings.TrimSpace(line[cols["NAMESPACED"]:]), "true")
 		k.scope[gv.WithKind(strings.Fields(line[cols["KIND"]:])[0])] = namespaced
 	}
-	return k, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	if len(k.scope) == 0 {
+		return nil, fmt.Errorf("%s: no kinds in it: the api-resources table has only its header", path)
+	}
+	return k, nil
 }
 
 // Namespaced reports whether the kind is namespaced; a NotServedError when it is not served.

@@ -185,7 +185,7 @@ func (l *Linter) lintDoc(ctx context.Context, d *manifest.Document) []Problem {
 	cerrs = append(cerrs, l.kindErrors(view)...)
 	out = append(out, at(Error, "compile", cerrs)...)
 	ignored := ignoredRisks(obj.GetAnnotations())
-	for _, r := range Risks(view.Spec) {
+	for _, r := range append(Risks(view.Spec), l.lookupRisks(view)...) {
 		if !ignored[r.Code] {
 			out = append(out, at(Warning, r.Code, field.ErrorList{r.Err})...)
 		}
@@ -237,6 +237,33 @@ func (l *Linter) kindErrors(v policy.View) field.ErrorList {
 		return field.ErrorList{field.Invalid(field.NewPath("spec", "targetRef", "kind"), v.Spec.TargetRef.Kind, err.Error())}
 	}
 	return nil
+}
+
+// lookupRisks flags lookups of kinds the discovery dump does not have: the operator leaves them
+// to run time (a CRD may be installed later), when the wait step fails if it still is not.
+func (l *Linter) lookupRisks(v policy.View) []Risk {
+	if l.opts.Kinds == nil {
+		return nil
+	}
+	var out []Risk
+	for i := range v.Spec.Steps {
+		s := &v.Spec.Steps[i]
+		if s.Wait == nil {
+			continue
+		}
+		for j, lk := range s.Wait.Lookups {
+			gv, err := schema.ParseGroupVersion(lk.APIVersion)
+			if err != nil {
+				continue
+			}
+			if _, err := l.opts.Kinds.Namespaced(gv.WithKind(lk.Kind)); err != nil {
+				p := field.NewPath("spec", "steps").Index(i).Child("wait", "lookups").Index(j).Child("kind")
+				out = append(out, Risk{Code: RiskKindNotServed, Err: field.Invalid(p, lk.Kind,
+					err.Error()+": the step fails when it runs unless the kind is served by then")})
+			}
+		}
+	}
+	return out
 }
 
 // message is an error without its field path, which Problem carries apart.

@@ -21,6 +21,8 @@ const (
 	RiskJobWithoutDeadline = "job-without-deadline"
 	// RiskSecretOverPlainHTTP: a Secret sent as a header over plain http://.
 	RiskSecretOverPlainHTTP = "secret-over-plain-http"
+	// RiskKindNotServed: a lookup of a kind the discovery dump (--kinds) does not have.
+	RiskKindNotServed = "kind-not-served"
 )
 
 // Risk is what compiles but is risky, at the field to change.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 )
@@ -154,22 +155,24 @@ func Parse(name string, raw []byte) ([]*Document, error) {
 		}
 		obj, err := toObject(&n)
 		if err != nil {
-			return nil, &ReadError{Source: name, Err: fmt.Errorf("document %d (line %d): %v", i, n.Line, err)}
+			return nil, &ReadError{Source: name, Err: fmt.Errorf("document %d (line %d): %v", i, n.Content[0].Line, err)}
 		}
 		docs = append(docs, &Document{Source: name, Index: i, Line: n.Content[0].Line, Object: obj, node: n.Content[0]})
 	}
 }
 
-// toObject decodes a document as the API machinery does: through JSON, integers as int64.
+// toObject decodes a document as kubectl does: the YAML re-encoded and read by sigs.k8s.io/yaml
+// (YAML 1.1 scalars, timestamps kept as written, keys made strings), then JSON with integers as
+// int64.
 func toObject(n *yaml.Node) (*unstructured.Unstructured, error) {
 	if n.Content[0].Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("not a Kubernetes object: a YAML mapping with apiVersion and kind is expected")
 	}
-	var v any
-	if err := n.Decode(&v); err != nil {
+	raw, err := yaml.Marshal(n.Content[0])
+	if err != nil {
 		return nil, err
 	}
-	j, err := utiljsonMarshal(v)
+	j, err := sigsyaml.YAMLToJSON(raw)
 	if err != nil {
 		return nil, err
 	}

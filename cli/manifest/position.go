@@ -1,44 +1,11 @@
 package manifest
 
 import (
-	"encoding/json"
-	"fmt"
 	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
-
-// utiljsonMarshal encodes what yaml.v3 decoded; it refuses keys that are not strings, which a
-// Kubernetes object cannot have.
-func utiljsonMarshal(v any) ([]byte, error) {
-	if err := checkKeys(v, ""); err != nil {
-		return nil, err
-	}
-	return json.Marshal(v)
-}
-
-func checkKeys(v any, path string) error {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			if err := checkKeys(e, path+"."+k); err != nil {
-				return err
-			}
-		}
-	case map[any]any:
-		for k := range x {
-			return fmt.Errorf("%s: key %v is not a string", strings.TrimPrefix(path, "."), k)
-		}
-	case []any:
-		for i, e := range x {
-			if err := checkKeys(e, fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
 
 // LineOf returns the line of the field at path (in field.Path form: spec.steps[1].http.url,
 // metadata.labels[app]), or of its nearest ancestor present in the document: a missing field is
@@ -56,28 +23,34 @@ func (d *Document) LineOf(path string) int {
 	return line
 }
 
-// segments splits a field path into keys and indexes.
+// segments splits a field path into keys and indexes: "spec.steps[1].http" gives spec, steps,
+// 1, http; a bracketed key keeps its dots ("labels[app.kubernetes.io/name]").
 func segments(path string) []string {
 	var out []string
-	for _, part := range strings.Split(path, ".") {
-		for part != "" {
-			i := strings.IndexByte(part, '[')
-			if i < 0 {
-				out = append(out, part)
-				break
-			}
-			if i > 0 {
-				out = append(out, part[:i])
-			}
-			j := strings.IndexByte(part[i:], ']')
-			if j < 0 {
-				out = append(out, part[i+1:])
-				break
-			}
-			out = append(out, part[i+1:i+j])
-			part = part[i+j+1:]
+	var cur strings.Builder
+	flush := func() {
+		if cur.Len() > 0 {
+			out = append(out, cur.String())
+			cur.Reset()
 		}
 	}
+	for i := 0; i < len(path); i++ {
+		switch c := path[i]; c {
+		case '.':
+			flush()
+		case '[':
+			flush()
+			end := strings.IndexByte(path[i:], ']')
+			if end < 0 {
+				end = len(path) - i
+			}
+			out = append(out, path[i+1:i+end])
+			i += end
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	flush()
 	return out
 }
 

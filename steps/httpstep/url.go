@@ -83,3 +83,10 @@ func portOf(u *url.URL) uint16 {
 	}
 	return 80
 }
+
+// CheckURL reports whether the kind would refuse a rendered URL before sending it: what kubectl
+// teardown plan asks of a kind configured as the operator is.
+func (k *Kind) CheckURL(raw string, namespaced bool) error {
+	_, err := k.checkURL(raw, namespaced)
+	return err
+}

@@ -31,6 +31,8 @@ TARGET=settings
 OPERATOR_LOG=$BIN_DIR/$CLUSTER_NAME-operator.log
 CLUSTER_LOG=$BIN_DIR/$CLUSTER_NAME-cluster.log
 OPERATOR_PIDFILE=$BIN_DIR/$CLUSTER_NAME-operator.pid
+# kubectl finds the plugin, kubectl-teardown, on PATH: `kubectl teardown ...`.
+export PATH=$BIN_DIR:$PATH
 # kubectl's discovery cache goes with the cluster state (deleted with it), not to ~/.kube.
 export KUBECACHEDIR=$KWOK_WORKDIR/$CLUSTER_NAME/kube-cache
 
@@ -75,6 +77,7 @@ for b in kubectl kwokctl kube-apiserver etcd; do
   [ -x "$BIN_DIR/$b" ] || die "$BIN_DIR/$b is missing: run 'make control-plane' first (or 'make demo')"
 done
 [ -x "$BIN_DIR/teardown-operator" ] || die "$BIN_DIR/teardown-operator is missing: run 'make build' first (or 'make demo')"
+[ -x "$BIN_DIR/kubectl-teardown" ] || die "$BIN_DIR/kubectl-teardown is missing: run 'make plugin' first (or 'make demo')"
 case $CLUSTER_NAME in
   teardown) die "CLUSTER_NAME=teardown is the e2e tests' cluster; the demo deletes its cluster at the end, pick another name" ;;
 esac
@@ -199,6 +202,10 @@ note "The operator put the policy's finalizer on the ConfigMap, so Kubernetes ca
 show kubectl get configmap "$TARGET" -n "$NS" -o custom-columns=NAME:.metadata.name,FINALIZERS:.metadata.finalizers
 
 # ---------------------------------------------------------------------------------------------
+say "Planning the deletion: what would run, evaluated now, with nothing sent or created"
+show "$BIN_DIR/kubectl" teardown plan "configmap/$TARGET" -n "$NS"
+
+# ---------------------------------------------------------------------------------------------
 say "Deleting the ConfigMap"
 deleted_at=$(date +%s.%N)
 show kubectl delete configmap "$TARGET" -n "$NS" --wait=false
@@ -221,6 +228,13 @@ while :; do
     elapsed=$(awk -v a="$deleted_at" -v b="$(date +%s.%N)" 'BEGIN { printf "+%.1fs", b - a }')
     shown=$(printf '%s  phase=%-9s step=%-8s  %s' "$run" "${phase:-Pending}" "${step:--}" "${steps% }")
     printf '  %7s  %s\n' "$elapsed" "$shown"
+    if [ "$step" = drain ] && [ -z "${tree_shown:-}" ]; then
+      tree_shown=1
+      echo
+      note "The run as kubectl teardown status shows it, while its Job runs:"
+      show "$BIN_DIR/kubectl" teardown status "configmap/$TARGET" -n "$NS" | sed 's/^/    /'
+      echo
+    fi
   fi
   case $phase in Succeeded | Failed | Abandoned) break ;; esac
   operator_alive || die "the operator exited while the run was in progress"

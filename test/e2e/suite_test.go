@@ -39,6 +39,8 @@ var (
 	kubeconfig string
 	operator   *exec.Cmd
 	opLog      bytes.Buffer
+	// operatorBin and pluginBin are the operator and kubectl-teardown, built once.
+	operatorBin, pluginBin string
 )
 
 func TestE2E(t *testing.T) {
@@ -67,23 +69,41 @@ var _ = BeforeSuite(func() {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: runNamespace}}
 	Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, ns))).To(Succeed())
 
-	By("building and starting the operator binary")
-	bin := filepath.Join(GinkgoT().TempDir(), "teardown-operator")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/teardown-operator")
+	By("building the operator and the kubectl plugin, and starting the operator")
+	operatorBin = buildBinary("./cmd/teardown-operator")
+	pluginBin = buildBinary("./cmd/kubectl-teardown")
+	startOperator()
+})
+
+// buildBinary builds a command of the module into the suite's temporary directory.
+func buildBinary(pkg string) string {
+	bin := filepath.Join(GinkgoT().TempDir(), filepath.Base(pkg))
+	build := exec.Command("go", "build", "-o", bin, pkg)
 	build.Dir = root
-	buildOut, err := build.CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), string(buildOut))
-	operator = exec.Command(bin, "--kubeconfig", kubeconfig, "--run-namespace", runNamespace,
+	out, err := build.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), string(out))
+	return bin
+}
+
+// startOperator runs the operator binary against the cluster.
+func startOperator() {
+	operator = exec.Command(operatorBin, "--kubeconfig", kubeconfig, "--run-namespace", runNamespace,
 		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0")
 	operator.Stdout, operator.Stderr = &opLog, &opLog
 	Expect(operator.Start()).To(Succeed())
-})
+}
 
-var _ = AfterSuite(func() {
+// stopOperator stops the operator, as an uninstall would.
+func stopOperator() {
 	if operator != nil && operator.Process != nil {
 		_ = operator.Process.Signal(os.Interrupt)
 		_ = operator.Wait()
 	}
+	operator = nil
+}
+
+var _ = AfterSuite(func() {
+	stopOperator()
 	if CurrentSpecReport().Failed() || os.Getenv("E2E_OPERATOR_LOG") != "" {
 		GinkgoWriter.Println(opLog.String())
 	}
