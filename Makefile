@@ -30,8 +30,9 @@ build: ## Build the operator into bin/.
 	$(GO) build -o $(BIN)/teardown-operator ./cmd/teardown-operator
 
 .PHONY: plugin
-plugin: ## Build the kubectl plugin, kubectl-teardown, into bin/ (put bin/ on PATH: kubectl teardown).
+plugin: ## Build the kubectl plugin, kubectl-teardown, and its completion helper into bin/ (put bin/ on PATH: kubectl teardown).
 	$(GO) build -o $(BIN)/kubectl-teardown ./cmd/kubectl-teardown
+	install -m 0755 plugins/kubectl_complete-teardown $(BIN)/kubectl_complete-teardown
 
 .PHONY: plugin-archives
 plugin-archives: ## Build kubectl-teardown for linux and darwin (amd64, arm64) and the krew manifest into bin/plugin/.

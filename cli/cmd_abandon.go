@@ -29,6 +29,9 @@ is required and recorded in each run's status.abandonedBy. Prints the runs' resu
 			if strings.TrimSpace(reason) == "" {
 				return usageError("--reason is required: say who breaks glass and why; it is recorded in the run")
 			}
+			if timeout <= 0 {
+				return usageError("--timeout %s: must be positive", timeout)
+			}
 			if err := r.kube.connect(); err != nil {
 				return err
 			}
@@ -64,16 +67,19 @@ func (r *root) abandon(ctx context.Context, arg, reason string, timeout time.Dur
 	}
 	var runs []v1alpha1.TeardownRun
 	uid := obj.GetUID()
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
 		var err error
-		runs, err = r.kube.runsOf(ctx, uid)
+		runs, err = r.kube.runsOf(ctx, uid, obj.GetNamespace())
 		return err == nil && allFinished(runs), err
 	})
 	for i := range runs {
 		fmt.Fprintf(out, "teardownrun %s/%s is %s\n", runs[i].Namespace, runs[i].Name, phaseOf(&runs[i]))
 	}
-	if err != nil && len(runs) > 0 {
+	switch {
+	case wait.Interrupted(err) && len(runs) > 0:
 		fmt.Fprintf(out, "not every run finished within %s (is the operator running?)\n", timeout)
+	case err != nil && !wait.Interrupted(err):
+		return err
 	}
 	return nil
 }

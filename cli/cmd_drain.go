@@ -93,10 +93,14 @@ func (r *root) drain(ctx context.Context, o *drainOptions) error {
 	}
 	if d.objects == 0 {
 		fmt.Fprintln(r.streams.Out, "nothing to drain: no object carries a matching teardown finalizer")
-		return nil
+	} else {
+		fmt.Fprintf(r.streams.Out, "%s %d %s from %d %s\n", verb, d.finalizers, plural(d.finalizers, "finalizer", "finalizers"),
+			d.objects, plural(d.objects, "object", "objects"))
 	}
-	fmt.Fprintf(r.streams.Out, "%s %d %s from %d %s\n", verb, d.finalizers, plural(d.finalizers, "finalizer", "finalizers"),
-		d.objects, plural(d.objects, "object", "objects"))
+	if d.unread != "" {
+		// An uninstall must not go on as if everything was drained.
+		return &ExitError{Code: ExitFindings, Err: fmt.Errorf("some API groups could not be read, and objects of their kinds were not drained: %s", d.unread)}
+	}
 	return nil
 }
 

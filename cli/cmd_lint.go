@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -12,19 +14,24 @@ import (
 	"github.com/teardown-dev/teardown-operator/cli/manifest"
 )
 
+// lintOptions are lint's flags.
+type lintOptions struct {
+	output, kindsFile, failOn, allowed string
+}
+
 func (r *root) lintCommand() *cobra.Command {
-	var output, kindsFile, failOn string
+	o := &lintOptions{}
 	cmd := &cobra.Command{
 		Use:   "lint FILE|DIR|- ...",
 		Short: "Check policies offline, as the API server and the operator would",
 		Long: `Reads multi-document YAML (files, directories walked for *.yaml, *.yml and *.json, or - for
 stdin such as kustomize build output), skips what is not a TeardownPolicy or ClusterTeardownPolicy,
 and checks each policy against the CRD schema and with the operator's compiler. It also flags what
-compiles but is risky: ` + lint.RiskUnboundedWait + `, ` + lint.RiskRetainWithoutTimeout + `, ` +
-			lint.RiskJobWithoutDeadline + `, ` + lint.RiskSecretOverPlainHTTP + `. A policy accepts a risk with the
-annotation ` + lint.AnnotationIgnore + `: "<code>,...".
+compiles but is risky: ` + strings.Join(lint.RiskCodes, ", ") + `.
+A policy accepts a risk with the annotation ` + lint.AnnotationIgnore + `: "<code>,...".
+List documents (kubectl get -o yaml) are linted item by item.
 
-Exit status: 0 clean, 1 problems found, 2 usage error (no such file, not YAML).`,
+Exit status: 0 clean, 1 problems found, 2 usage error (no such file, not YAML, no policy found).`,
 		Example: `  kubectl teardown lint policies/
   kustomize build overlays/prod | kubectl teardown lint -
   kubectl teardown lint --kinds kinds.json -o json policies/`,
@@ -34,43 +41,51 @@ Exit status: 0 clean, 1 problems found, 2 usage error (no such file, not YAML).`
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "text" && output != "json" {
-				return usageError("--output %q: must be text or json", output)
-			}
-			if failOn != string(lint.Error) && failOn != string(lint.Warning) {
-				return usageError("--fail-on %q: must be error or warning", failOn)
-			}
-			opts := lint.Options{Namespace: r.namespaceOr("default")}
-			if kindsFile != "" {
-				k, err := discovery.Load(kindsFile)
-				if err != nil {
-					return usageError("--kinds: %v", err)
-				}
-				opts.Kinds = k
-			}
-			docs, err := manifest.Read(args, r.streams.In)
-			if err != nil {
-				return readError(err)
-			}
-			l, err := lint.New(opts)
-			if err != nil {
-				return err
-			}
-			res := l.Lint(cmd.Context(), docs)
-			if err := r.printLint(res, output); err != nil {
-				return err
-			}
-			if res.Errors > 0 || failOn == string(lint.Warning) && res.Warnings > 0 {
-				return findings
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return r.lint(cmd.Context(), args, o) },
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
-	cmd.Flags().StringVar(&kindsFile, "kinds", "", "check kinds against this discovery dump (kubectl teardown kinds, or kubectl api-resources output)")
-	cmd.Flags().StringVar(&failOn, "fail-on", "warning", "exit 1 on problems of this severity or worse: error or warning")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().StringVar(&o.kindsFile, "kinds", "", "check kinds against this discovery dump (kubectl teardown kinds, or kubectl api-resources output)")
+	cmd.Flags().StringVar(&o.failOn, "fail-on", "warning", "exit 1 on problems of this severity or worse: error or warning")
+	cmd.Flags().StringVar(&o.allowed, "http-allowed-destinations", "", "the operator's --http-allowed-destinations: addresses TeardownPolicies may call")
 	return cmd
+}
+
+func (r *root) lint(ctx context.Context, args []string, o *lintOptions) error {
+	if o.output != "text" && o.output != "json" {
+		return usageError("--output %q: must be text or json", o.output)
+	}
+	if o.failOn != string(lint.Error) && o.failOn != string(lint.Warning) {
+		return usageError("--fail-on %q: must be error or warning", o.failOn)
+	}
+	opts := lint.Options{Namespace: r.namespaceOr("default")}
+	var err error
+	if opts.AllowedDestinations, err = parseDestinations(o.allowed); err != nil {
+		return err
+	}
+	if o.kindsFile != "" {
+		if opts.Kinds, err = discovery.Load(o.kindsFile); err != nil {
+			return usageError("--kinds: %v", err)
+		}
+	}
+	docs, err := manifest.Read(args, r.streams.In)
+	if err != nil {
+		return readError(err)
+	}
+	l, err := lint.New(opts)
+	if err != nil {
+		return err
+	}
+	res := l.Lint(ctx, docs)
+	if res.Policies == 0 && res.Errors == 0 {
+		return usageError("no TeardownPolicy or ClusterTeardownPolicy in %s (%d other documents)", strings.Join(args, ", "), res.Documents)
+	}
+	if err := r.printLint(res, o.output); err != nil {
+		return err
+	}
+	if res.Errors > 0 || o.failOn == string(lint.Warning) && res.Warnings > 0 {
+		return findings
+	}
+	return nil
 }
 
 func (r *root) printLint(res lint.Result, output string) error {

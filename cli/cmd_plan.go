@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -25,6 +26,8 @@ type planReport struct {
 	Policies []policyReport `json:"policies"`
 	// Delete is the API server's verdict on deleting the object (a dry run).
 	Delete string `json:"delete"`
+	// Note says what the plan could not see (cluster policies the user may not list).
+	Note string `json:"note,omitempty"`
 }
 
 type policyReport struct {
@@ -115,6 +118,9 @@ func (r *root) plan(ctx context.Context, arg string) (*planReport, error) {
 		rep.Policies = append(rep.Policies, r.planPolicy(ctx, compiler, v, t))
 	}
 	rep.Delete = r.kube.dryRunDelete(ctx, t.Object)
+	if r.kube.clusterPoliciesHidden {
+		rep.Note = "you may not list ClusterTeardownPolicies: one may protect this object too (its finalizer would be on the object)"
+	}
 	return rep, nil
 }
 
@@ -178,12 +184,23 @@ func planSteps(ctx context.Context, c *policy.Compiled, t *target) []stepReport 
 		if p, ok := s.Action.(steps.Planner); ok {
 			plan := p.Plan(ctx, in)
 			sr.Summary, sr.Error, sr.Rendered = plan.Summary, plan.Err, plan.Rendered
+			if plan.Err != "" && readsSteps(s) {
+				sr.Error = ""
+				sr.Summary += fmt.Sprintf("; rendered when the step is reached, since it reads earlier steps' results (now: %s)", plan.Err)
+			}
 		} else {
 			sr.Summary = "run the " + s.Kind + " step"
 		}
 		out = append(out, sr)
 	}
 	return out
+}
+
+// readsSteps reports whether a step's fields read earlier steps' results, which a plan does not
+// have.
+func readsSteps(s *policy.Step) bool {
+	raw, err := json.Marshal(s.Spec)
+	return err == nil && strings.Contains(string(raw), "steps.")
 }
 
 // dryRunDelete asks the API server whether the object may be deleted, changing nothing.
@@ -229,6 +246,9 @@ func printPlan(w io.Writer, rep *planReport) {
 		}
 	}
 	fmt.Fprintf(w, "\ndelete: %s\n", rep.Delete)
+	if rep.Note != "" {
+		fmt.Fprintf(w, "note: %s\n", rep.Note)
+	}
 }
 
 func describeObject(kind string, obj *unstructured.Unstructured) string {

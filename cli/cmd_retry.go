@@ -12,6 +12,9 @@ import (
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 )
 
+// pollInterval is how often retry and abandon look for the operator's answer.
+const pollInterval = 500 * time.Millisecond
+
 func (r *root) retryCommand() *cobra.Command {
 	var reason string
 	var timeout time.Duration
@@ -25,6 +28,9 @@ first. Then waits for the operator's answer and prints it.`,
 		Args:              exactArgs(1, "one RUN or KIND/NAME"),
 		ValidArgsFunction: r.completeRuns,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if timeout <= 0 {
+				return usageError("--timeout %s: must be positive", timeout)
+			}
 			if err := r.kube.connect(); err != nil {
 				return err
 			}
@@ -73,15 +79,17 @@ func (r *root) retry(ctx context.Context, run *v1alpha1.TeardownRun, reason stri
 	fmt.Fprintf(out, "teardownrun %s/%s annotated %s=%q\n", run.Namespace, run.Name, v1alpha1.AnnotationRetry, reason)
 	before := run.Status.Retries
 	key := client.ObjectKeyFromObject(run)
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
 		if err := r.kube.client.Get(ctx, key, run); err != nil {
 			return false, apiError(err)
 		}
 		return run.Annotations[v1alpha1.AnnotationRetry] == "", nil
 	})
-	if err != nil {
+	if wait.Interrupted(err) {
 		fmt.Fprintf(out, "the operator has not answered within %s (is it running?); the run will be retried when it does\n", timeout)
 		return nil
+	} else if err != nil {
+		return err
 	}
 	if run.Status.Retries == before {
 		return &ExitError{Code: ExitFindings, Err: fmt.Errorf("the operator refused the retry: %s (kubectl describe teardownrun -n %s %s)", run.Status.Message, run.Namespace, run.Name)}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
@@ -30,7 +31,8 @@ func (r *root) statusCommand() *cobra.Command {
 		Long: `With no argument: the runs in flight and the stuck ones (Failed and keeping their object), oldest
 first. With a run's name, or an object as KIND/NAME: the run as a tree of steps with phase,
 attempts, durations, message, outputs, and a job step's Job with the tail of its log.
--o wide never truncates; -o json|yaml prints the runs; --watch prints again on every change.`,
+-o wide never truncates; -o json|yaml prints the run, or a List of runs; --watch prints again on
+every change: for a run or an object until its runs finish, with no argument until interrupted.`,
 		Example: `  kubectl teardown status -A
   kubectl teardown status manageddatabase/orders -n shop --watch`,
 		Args:              cobra.MaximumNArgs(1),
@@ -40,6 +42,9 @@ attempts, durations, message, outputs, and a job step's Job with the tail of its
 			case "", "wide", "json", "yaml":
 			default:
 				return usageError("--output %q: must be wide, json or yaml", o.output)
+			}
+			if o.interval <= 0 {
+				return usageError("--interval %s: must be positive", o.interval)
 			}
 			if err := r.kube.connect(); err != nil {
 				return err
@@ -112,7 +117,7 @@ func (r *root) renderStatus(ctx context.Context, w io.Writer, runs []v1alpha1.Te
 			runs[i].ManagedFields = nil
 			runs[i].SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
 		}
-		var v any = runs
+		var v any = &v1alpha1.TeardownRunList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}, Items: runs}
 		if len(args) == 1 && len(runs) == 1 {
 			v = runs[0]
 		}
@@ -152,9 +157,9 @@ func printRunTable(w io.Writer, runs []v1alpha1.TeardownRun, wide, allNamespaces
 		if allNamespaces {
 			fmt.Fprintf(tw, "%s\t", run.Namespace)
 		}
-		msg := firstLineOf(run.Status.Message)
+		msg := run.Status.Message
 		if !wide {
-			msg = truncate(msg, 60)
+			msg = truncate(firstLineOf(msg), tableMessage)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", run.Name, targetOf(run), policyOf(run), phaseOf(run),
 			run.Status.CurrentStep, age(time.Since(run.CreationTimestamp.Time)), msg)
@@ -182,9 +187,19 @@ func phaseOf(run *v1alpha1.TeardownRun) string {
 	return string(run.Status.Phase)
 }
 
+// Widths of messages in output that is not wide.
+const (
+	tableMessage = 60
+	runMessage   = 200
+	stepMessage  = 160
+	outputValue  = 120
+)
+
+// truncate cuts s to n runes at most, marking the cut.
 func truncate(s string, n int) string {
-	if len(s) <= n {
+	r := []rune(s)
+	if len(r) <= n {
 		return s
 	}
-	return s[:n-3] + "..."
+	return string(r[:n-3]) + "..."
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -10,72 +11,111 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/cli/fixture"
 	"github.com/teardown-dev/teardown-operator/cli/manifest"
+	"github.com/teardown-dev/teardown-operator/steps/httpstep"
 )
 
+// testOptions are the flags of kubectl teardown test.
+type testOptions struct {
+	output  string
+	verbose bool
+	allowed string
+}
+
 func (r *root) testCommand() *cobra.Command {
-	var output string
-	var verbose bool
+	var o testOptions
 	cmd := &cobra.Command{
 		Use:   "test FILE|DIR ...",
 		Short: "Run policies against TeardownTest fixtures, offline",
 		Long: `Runs every TeardownTest (apiVersion ` + fixture.APIVersion + `) found in the files and directories:
-the policy it names is compiled and run by the operator's own pipeline and step kinds against
-the test's object and scripted world (http answers, Job outcomes, lookup results), on a virtual
-clock, with nothing sent or created outside the process. Each test passes when the run ends as
-it expects (phase, steps, outputs, requests sent, Jobs created). docs/cli.md has the schema.
+the policy it names is checked against its CRD schema, compiled and run by the operator's own
+pipeline and step kinds against the test's object and scripted world (http answers, Job outcomes,
+lookup results), on a virtual clock, with nothing sent or created outside the process. Each test
+passes when the run ends as it expects (phase, steps, outputs, requests sent, Jobs created).
+docs/cli.md has the schema.
 
-Exit status: 0 all passed, 1 a test failed, 2 usage error (no tests, unreadable file).`,
+Exit status: 0 all passed, 1 a test failed, 2 usage error or a broken test (no tests, unreadable
+file, a policy that is missing, fails its schema or does not compile, a script for a step the
+policy lacks): the tests stop at the first broken one.`,
 		Example: `  kubectl teardown test policies/
-  kubectl teardown test -v samples/tests/database-dump-job.test.yaml`,
+  kubectl teardown test -v samples/tests/database-dump-job.test.yaml
+  kubectl teardown test --http-allowed-destinations=10.0.0.0/8 policies/`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageError("test needs at least one FILE or DIR")
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "text" && output != "json" {
-				return usageError("--output %q: must be text or json", output)
-			}
-			docs, err := manifest.Read(args, r.streams.In)
-			if err != nil {
-				return readError(err)
-			}
-			tests, err := fixture.Load(docs)
-			if err != nil {
-				return usageError("%v", err)
-			}
-			if len(tests) == 0 {
-				return usageError("no %s found in %s", fixture.Kind, strings.Join(args, ", "))
-			}
-			failed := 0
-			var results []*fixture.Result
-			for _, t := range tests {
-				res := fixture.Run(cmd.Context(), t)
-				results = append(results, res)
-				if !res.Passed {
-					failed++
-				}
-				if output == "text" {
-					r.printTestResult(res, verbose)
-				}
-			}
-			if output == "json" {
-				if err := r.printTestJSON(results); err != nil {
-					return err
-				}
-			} else {
-				fmt.Fprintf(r.streams.Out, "%d passed, %d failed\n", len(tests)-failed, failed)
-			}
-			if failed > 0 {
-				return findings
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return r.runTests(cmd.Context(), args, o) },
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
-	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "print each run's steps, passed or not")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().BoolVarP(&o.verbose, "verbose", "v", false, "print each run's steps, passed or not")
+	cmd.Flags().StringVar(&o.allowed, "http-allowed-destinations", "",
+		"the operator's --http-allowed-destinations: comma-separated addresses or CIDR ranges, each optionally with :port, that http steps may reach")
 	return cmd
+}
+
+// runTests runs the tests in the files and directories of args.
+func (r *root) runTests(ctx context.Context, args []string, o testOptions) error {
+	if o.output != "text" && o.output != "json" {
+		return usageError("--output %q: must be text or json", o.output)
+	}
+	opts, err := testFixtureOptions(o.allowed)
+	if err != nil {
+		return err
+	}
+	docs, err := manifest.Read(args, r.streams.In)
+	if err != nil {
+		return readError(err)
+	}
+	tests, err := fixture.Load(docs)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	if len(tests) == 0 {
+		return usageError("no %s found in %s", fixture.Kind, strings.Join(args, ", "))
+	}
+	failed := 0
+	var results []*fixture.Result
+	for _, t := range tests {
+		res := fixture.Run(ctx, t, opts)
+		if res.InputErr != nil {
+			return usageError("%v", res.InputErr) // the suite is broken: stop here
+		}
+		results = append(results, res)
+		if !res.Passed {
+			failed++
+		}
+		if o.output == "text" {
+			r.printTestResult(res, o.verbose)
+		}
+	}
+	if o.output == "json" {
+		if err := r.printTestJSON(results); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(r.streams.Out, "%d passed, %d failed\n", len(tests)-failed, failed)
+	}
+	if failed > 0 {
+		return findings
+	}
+	return nil
+}
+
+// testFixtureOptions reads the flags that apply to every test.
+func testFixtureOptions(allowed string) (fixture.Options, error) {
+	var opts fixture.Options
+	for _, s := range strings.Split(allowed, ",") {
+		if strings.TrimSpace(s) == "" {
+			continue
+		}
+		d, err := httpstep.ParseDestination(s)
+		if err != nil {
+			return opts, usageError("--http-allowed-destinations: %v", err)
+		}
+		opts.AllowedDestinations = append(opts.AllowedDestinations, d)
+	}
+	return opts, nil
 }
 
 func (r *root) printTestResult(res *fixture.Result, verbose bool) {
@@ -84,11 +124,14 @@ func (r *root) printTestResult(res *fixture.Result, verbose bool) {
 	if !res.Passed {
 		verdict = "FAIL"
 	}
-	detail := "not protected: " + res.NotProtected
-	if res.Run != nil {
-		detail = fmt.Sprintf("run %s after %s (virtual time)", res.Run.Status.Phase, res.Elapsed.Round(time.Second))
+	detail := ""
+	switch {
+	case res.Run != nil:
+		detail = fmt.Sprintf(": run %s after %s (virtual time)", res.Run.Status.Phase, res.Elapsed.Round(time.Second))
+	case res.NotProtected != "":
+		detail = ": not protected: " + res.NotProtected
 	}
-	fmt.Fprintf(out, "%s  %s (%s): %s\n", verdict, res.Test.Name(), res.Test.File(), detail)
+	fmt.Fprintf(out, "%s  %s (%s)%s\n", verdict, res.Test.Name(), res.Test.File(), detail)
 	for _, f := range res.Failures {
 		fmt.Fprintf(out, "      %s\n", strings.ReplaceAll(f, "\n", "\n      "))
 	}

@@ -16,6 +16,14 @@ import (
 	"k8s.io/client-go/metadata"
 )
 
+// Bounds of a drain.
+const (
+	// drainPage is how many objects one list call reads.
+	drainPage = 500
+	// drainTries is how often an object that changed under a release is read and tried again.
+	drainTries = 5
+)
+
 // drainer releases matching finalizers, kind by kind, reading metadata only.
 type drainer struct {
 	kube                *kube
@@ -24,6 +32,8 @@ type drainer struct {
 	dryRun              bool
 	mc                  metadata.Interface
 	objects, finalizers int
+	// unread names the API groups discovery could not list: their objects were not drained.
+	unread string
 }
 
 // allKinds lists every kind whose objects can be listed and patched.
@@ -37,7 +47,7 @@ func (d *drainer) allKinds() ([]schema.GroupVersionResource, error) {
 		if len(lists) == 0 {
 			return nil, apiError(err)
 		}
-		fmt.Fprintf(d.errOut, "warning: some API groups could not be read, and are not drained: %s\n", oneLine(err.Error()))
+		d.unread = oneLine(err.Error())
 	}
 	var out []schema.GroupVersionResource
 	for _, l := range discovery.FilteredBy(discovery.SupportsAllVerbs{Verbs: []string{"list", "patch"}}, lists) {
@@ -63,7 +73,7 @@ func (d *drainer) drainKind(ctx context.Context, gvr schema.GroupVersionResource
 		}
 		d.mc = mc
 	}
-	opts := metav1.ListOptions{Limit: 500}
+	opts := metav1.ListOptions{Limit: drainPage}
 	for {
 		list, err := d.mc.Resource(gvr).List(ctx, opts)
 		if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
@@ -94,7 +104,7 @@ func (d *drainer) release(ctx context.Context, gvr schema.GroupVersionResource, 
 		gone := len(obj.Finalizers) - len(keep)
 		if !d.dryRun {
 			err := d.patch(ctx, gvr, obj, keep)
-			if apierrors.IsConflict(err) && try < 5 {
+			if apierrors.IsConflict(err) && try < drainTries {
 				if obj, err = d.mc.Resource(gvr).Namespace(obj.Namespace).Get(ctx, obj.Name, metav1.GetOptions{}); err != nil {
 					return ignoreNotFound(err)
 				}
@@ -138,6 +148,9 @@ func (d *drainer) report(gvr schema.GroupVersionResource, obj *metav1.PartialObj
 	}
 	if obj.DeletionTimestamp != nil {
 		note = " (being deleted: its deletion completes now)"
+		if d.dryRun {
+			note = " (being deleted: its deletion would complete)"
+		}
 		if len(keep) > 0 {
 			note = fmt.Sprintf(" (being deleted: still held by %s)", strings.Join(keep, ", "))
 		}

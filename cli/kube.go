@@ -18,6 +18,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// Client rate limits: above client-go's defaults (5, 10), which would make drain's listing of every
+// kind crawl, and well under what an API server serves one client.
+const (
+	clientQPS   = 50
+	clientBurst = 100
+)
+
 // kube builds the clients of live commands from the kubeconfig flags, once.
 type kube struct {
 	flags  *genericclioptions.ConfigFlags
@@ -26,6 +33,10 @@ type kube struct {
 	client client.Client
 	// destinations checks http destinations as the operator does by default (plan).
 	destinations *httpstep.Kind
+	// clusterPoliciesHidden records that the user may not list ClusterTeardownPolicies.
+	clusterPoliciesHidden bool
+	// runNamespace is the operator's namespace, where the runs of cluster-scoped objects live.
+	runNamespace string
 }
 
 // connect builds the clients; errors are usage errors (no kubeconfig, unreachable cluster).
@@ -37,7 +48,7 @@ func (k *kube) connect() error {
 	if err != nil {
 		return usageError("kubeconfig: %v", err)
 	}
-	cfg.QPS, cfg.Burst = 50, 100
+	cfg.QPS, cfg.Burst = clientQPS, clientBurst
 	// Deprecation warnings of kinds drain lists are not the user's concern; errors are.
 	cfg.WarningHandler = rest.NoWarnings{}
 	mapper, err := k.flags.ToRESTMapper()

@@ -104,16 +104,9 @@ func labelSet(m map[string]string) labels.Set { return labels.Set(m) }
 // setAllowedDestinations configures the kind plan checks http destinations with as the operator
 // is: the user's list of its --http-allowed-destinations, and the API server of the kubeconfig.
 func (k *kube) setAllowedDestinations(list string) error {
-	var allowed []httpstep.Destination
-	for _, s := range strings.Split(list, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
-		d, err := httpstep.ParseDestination(s)
-		if err != nil {
-			return usageError("--http-allowed-destinations: %v", err)
-		}
-		allowed = append(allowed, d)
+	allowed, err := parseDestinations(list)
+	if err != nil {
+		return err
 	}
 	k.destinations = httpstep.New(nil, nil, httpstep.Options{AllowedDestinations: allowed, APIServerHosts: []string{k.cfg.Host}})
 	return nil
@@ -131,4 +124,20 @@ func (k *kube) checkDestinations(steps []stepReport) {
 			steps[i].Destination = fmt.Sprintf("the operator refuses this request unless its --http-allowed-destinations allows the address: %v", err)
 		}
 	}
+}
+
+// parseDestinations reads a --http-allowed-destinations list, as the operator does.
+func parseDestinations(list string) ([]httpstep.Destination, error) {
+	var allowed []httpstep.Destination
+	for _, s := range strings.Split(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		d, err := httpstep.ParseDestination(s)
+		if err != nil {
+			return nil, usageError("--http-allowed-destinations: %v", err)
+		}
+		allowed = append(allowed, d)
+	}
+	return allowed, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -52,7 +53,11 @@ func (k *kube) policies(ctx context.Context, ns string) ([]policy.View, error) {
 		}
 	}
 	var ctps v1alpha1.ClusterTeardownPolicyList
-	if err := k.client.List(ctx, &ctps); err != nil {
+	if err := k.client.List(ctx, &ctps); apierrors.IsForbidden(err) {
+		// A namespace's users may not read cluster policies: plan what they can see, and say so.
+		k.clusterPoliciesHidden = true
+		return out, nil
+	} else if err != nil {
 		return nil, apiError(err)
 	}
 	for i := range ctps.Items {

@@ -77,7 +77,6 @@ Against a cluster:
   drain    release every teardown finalizer (before uninstalling the operator)
   kinds    dump the cluster's kinds for lint --kinds`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl teardown"},
-		Version:       Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -89,8 +88,10 @@ Against a cluster:
 	})
 	r.flags.AddFlags(cmd.PersistentFlags())
 	r.kube = &kube{flags: r.flags}
+	cmd.PersistentFlags().StringVar(&r.kube.runNamespace, "run-namespace", "teardown-system",
+		"the operator's --run-namespace, where runs of cluster-scoped objects live")
 	cmd.AddCommand(r.lintCommand(), r.testCommand(), r.planCommand(), r.statusCommand(), r.retryCommand(),
-		r.abandonCommand(), r.drainCommand(), r.kindsCommand())
+		r.abandonCommand(), r.drainCommand(), r.kindsCommand(), r.versionCommand())
 	return cmd
 }
 
@@ -131,5 +132,14 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 			return usageError("%s takes %s (got %d arguments; see %s --help)", cmd.CommandPath(), what, len(args), cmd.CommandPath())
 		}
 		return nil
+	}
+}
+
+func (r *root) versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the plugin's version",
+		Args:  exactArgs(0, "no arguments"),
+		Run:   func(*cobra.Command, []string) { fmt.Fprintln(r.streams.Out, "kubectl-teardown "+Version) },
 	}
 }

@@ -2,9 +2,11 @@ package cli
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,7 +32,7 @@ func (k *kube) findRuns(ctx context.Context, arg string) ([]v1alpha1.TeardownRun
 	if err != nil {
 		return nil, err
 	}
-	runs, err := k.runsOf(ctx, t.Object.GetUID())
+	runs, err := k.runsOf(ctx, t.Object.GetUID(), t.Object.GetNamespace())
 	if err != nil {
 		return nil, err
 	}
@@ -40,14 +42,36 @@ func (k *kube) findRuns(ctx context.Context, arg string) ([]v1alpha1.TeardownRun
 	return runs, nil
 }
 
-// runsOf lists the runs of the object with the given UID, oldest first.
-func (k *kube) runsOf(ctx context.Context, uid types.UID) ([]v1alpha1.TeardownRun, error) {
+// runsOf lists the runs of the object with the given UID (in namespace ns), oldest first: in
+// every namespace, or for a user who may not list them all, in the object's namespace and the
+// operator's (where the runs of an object whose namespace is being deleted live).
+func (k *kube) runsOf(ctx context.Context, uid types.UID, ns string) ([]v1alpha1.TeardownRun, error) {
+	sel := client.MatchingLabels{v1alpha1.LabelTargetUID: string(uid)}
 	var runs v1alpha1.TeardownRunList
-	if err := k.client.List(ctx, &runs, client.MatchingLabels{v1alpha1.LabelTargetUID: string(uid)}); err != nil {
-		return nil, apiError(err)
+	err := k.client.List(ctx, &runs, sel)
+	if !apierrors.IsForbidden(err) {
+		if err != nil {
+			return nil, apiError(err)
+		}
+		sortRuns(runs.Items)
+		return runs.Items, nil
 	}
-	sortRuns(runs.Items)
-	return runs.Items, nil
+	var out []v1alpha1.TeardownRun
+	for _, n := range slices.Compact([]string{ns, k.runNamespace}) {
+		if n == "" {
+			continue
+		}
+		var in v1alpha1.TeardownRunList
+		if err := k.client.List(ctx, &in, sel, client.InNamespace(n)); err != nil {
+			if n == ns {
+				return nil, apiError(err)
+			}
+			continue // the operator's namespace may be out of the user's reach
+		}
+		out = append(out, in.Items...)
+	}
+	sortRuns(out)
+	return out, nil
 }
 
 // sortRuns orders runs oldest first.

@@ -30,7 +30,7 @@ func (r *root) printRunTree(ctx context.Context, w io.Writer, run *v1alpha1.Tear
 	fmt.Fprintf(w, "TeardownRun %s/%s  %s  (%s)\n", run.Namespace, run.Name, phaseOf(run), durationOf(run.Status.StartTime, run.Status.CompletionTime))
 	fmt.Fprintf(w, "  target  %s\n  policy  %s\n", targetOf(run), policyOf(run))
 	if run.Status.Message != "" {
-		fmt.Fprintf(w, "  message %s\n", clip(run.Status.Message, wide, 200))
+		fmt.Fprintf(w, "  message %s\n", clip(run.Status.Message, wide, runMessage))
 	}
 	if run.Status.AbandonedBy != "" {
 		fmt.Fprintf(w, "  abandoned by %s\n", run.Status.AbandonedBy)
@@ -50,10 +50,10 @@ func (r *root) printRunTree(ctx context.Context, w io.Writer, run *v1alpha1.Tear
 		}
 		fmt.Fprintf(w, "%s %s  %s  attempts %d  %s\n", branch, spec.Name, ss.Phase, ss.Attempts, durationOf(ss.StartTime, ss.CompletionTime))
 		if ss.Message != "" {
-			fmt.Fprintf(w, "%s  %s\n", indent, strings.ReplaceAll(clip(ss.Message, wide, 160), "\n", "\n"+indent+"  "))
+			fmt.Fprintf(w, "%s  %s\n", indent, strings.ReplaceAll(clip(ss.Message, wide, stepMessage), "\n", "\n"+indent+"  "))
 		}
 		for _, k := range slices.Sorted(maps.Keys(ss.Outputs)) {
-			fmt.Fprintf(w, "%s  output %s = %s\n", indent, k, clip(string(ss.Outputs[k].Raw), wide, 120))
+			fmt.Fprintf(w, "%s  output %s = %s\n", indent, k, clip(string(ss.Outputs[k].Raw), wide, outputValue))
 		}
 		if spec.Job != nil {
 			r.printJob(ctx, w, ss, indent)

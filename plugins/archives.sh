@@ -17,8 +17,8 @@ for platform in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
   dir=$(mktemp -d)
   CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "-s -w -X github.com/teardown-dev/teardown-operator/cli.Version=$version" \
     -o "$dir/kubectl-teardown" "$root/cmd/kubectl-teardown"
-  cp "$root/README.md" "$dir/"
-  tar -C "$dir" -czf "$out/$name.tar.gz" kubectl-teardown README.md
+  cp "$root/README.md" "$root/plugins/kubectl_complete-teardown" "$dir/"
+  tar -C "$dir" -czf "$out/$name.tar.gz" kubectl-teardown kubectl_complete-teardown README.md
   rm -rf "$dir"
   sum=$(sha256sum "$out/$name.tar.gz" | cut -d' ' -f1)
   uri="https://github.com/teardown-dev/teardown-operator/releases/download/$version/$name.tar.gz"

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/teardown-dev/teardown-operator/internal/expr"
 	"github.com/teardown-dev/teardown-operator/steps"
 	"github.com/teardown-dev/teardown-operator/steps/builtin"
+	"github.com/teardown-dev/teardown-operator/steps/httpstep"
 )
 
 // AnnotationIgnore on a policy lists risk codes its authors accepted (comma-separated), so lint
@@ -41,8 +43,10 @@ const (
 
 // Problem is one finding, at a field of one policy of one document.
 type Problem struct {
-	File     string   `json:"file"`
+	File string `json:"file"`
+	// Document counts from 1; Item is the object's position in a List document (0: none).
 	Document int      `json:"document"`
+	Item     int      `json:"item,omitempty"`
 	Line     int      `json:"line,omitempty"`
 	Policy   string   `json:"policy,omitempty"`
 	Field    string   `json:"field"`
@@ -54,17 +58,30 @@ type Problem struct {
 }
 
 func (p Problem) String() string {
-	loc := fmt.Sprintf("%s:%d", p.File, p.Line)
-	if p.Line == 0 {
-		loc = fmt.Sprintf("%s (document %d)", p.File, p.Document)
+	loc := fmt.Sprintf("%s:%d (document %d", p.File, p.Line, p.Document)
+	if p.Item > 0 {
+		loc += fmt.Sprintf(", item %d", p.Item)
 	}
 	pol := ""
 	if p.Policy != "" {
 		pol = p.Policy + ": "
 	}
-	// A CEL error spans lines (the expression, a caret under the fault): indent them under it.
-	msg := strings.ReplaceAll(p.Message, "\n", "\n    ")
-	return fmt.Sprintf("%s: %s: %s%s: %s [%s]", loc, p.Severity, pol, p.Field, msg, p.Code)
+	return fmt.Sprintf("%s): %s: %s%s: %s [%s]", loc, p.Severity, pol, p.Field, oneLine(p.Message), p.Code)
+}
+
+// maxTextMessage bounds a message in text output (a CEL error quotes the whole expression);
+// -o json has it whole.
+const maxTextMessage = 400
+
+// oneLine is a message on one line: a CEL error's caret lines dropped (its column is in the first
+// line), and long messages cut.
+func oneLine(msg string) string {
+	msg, _, _ = strings.Cut(msg, "\n")
+	msg = strings.TrimSpace(msg)
+	if len(msg) > maxTextMessage {
+		msg = strings.ToValidUTF8(msg[:maxTextMessage], "") + "..."
+	}
+	return msg
 }
 
 // Result is what a lint found.
@@ -83,6 +100,8 @@ type Options struct {
 	Kinds *discovery.Kinds
 	// Namespace is the namespace of TeardownPolicies whose metadata names none (kubectl's -n).
 	Namespace string
+	// AllowedDestinations are the operator's --http-allowed-destinations.
+	AllowedDestinations []httpstep.Destination
 }
 
 // Linter checks policies. It is not safe for concurrent use.
@@ -107,7 +126,7 @@ func New(opts Options) (*Linter, error) {
 		return nil, err
 	}
 	var kinds steps.Registry
-	for _, f := range builtin.Kinds(builtin.Options{}) {
+	for _, f := range builtin.Kinds(builtin.Options{HTTP: httpstep.Options{AllowedDestinations: opts.AllowedDestinations}}) {
 		kinds = append(kinds, f(steps.Deps{}))
 	}
 	var scope func(schema.GroupVersionKind) (bool, error)
@@ -123,16 +142,25 @@ func IsPolicy(u *unstructured.Unstructured) bool {
 	return gvk.Group == v1alpha1.Group && (gvk.Kind == policy.KindNamespaced || gvk.Kind == policy.KindCluster)
 }
 
+// otherKinds are the kinds of the teardown.dev group that are not policies, and CLI files that
+// share manifests with them: skipped. Any other kind in the group is a typo.
+var otherKinds = map[string]bool{"TeardownRun": true, "TeardownTest": true}
+
 // Lint checks every policy among docs; other documents are skipped.
 func (l *Linter) Lint(ctx context.Context, docs []*manifest.Document) Result {
 	var res Result
 	for _, d := range docs {
 		res.Documents++
-		if !IsPolicy(d.Object) {
-			continue
+		var problems []Problem
+		switch gvk := d.Object.GroupVersionKind(); {
+		case IsPolicy(d.Object):
+			res.Policies++
+			problems = l.lintDoc(ctx, d)
+		case gvk.Group == v1alpha1.Group && !otherKinds[gvk.Kind]:
+			problems = []Problem{{File: d.Source, Document: d.Index, Item: d.Item, Line: d.LineOf("kind"), Field: "kind",
+				Severity: Error, Code: "schema", Message: fmt.Sprintf("%q is no kind of %s: TeardownPolicy or ClusterTeardownPolicy?", gvk.Kind, v1alpha1.Group)}}
 		}
-		res.Policies++
-		for _, p := range l.lintDoc(ctx, d) {
+		for _, p := range problems {
 			if p.Severity == Error {
 				res.Errors++
 			} else {
@@ -146,20 +174,24 @@ func (l *Linter) Lint(ctx context.Context, docs []*manifest.Document) Result {
 
 // lintDoc checks one policy document.
 func (l *Linter) lintDoc(ctx context.Context, d *manifest.Document) []Problem {
+	out := l.checkDoc(ctx, d)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
+	return out
+}
+
+// checkDoc checks one policy document: schema, then compiler, then risks.
+func (l *Linter) checkDoc(ctx context.Context, d *manifest.Document) []Problem {
 	obj := d.Object.DeepCopy()
 	gvk := obj.GroupVersionKind()
-	key := policy.Key{Kind: obj.GetKind(), Name: obj.GetName()}
-	if key.Kind == policy.KindNamespaced {
-		key.Namespace = obj.GetNamespace()
-		if key.Namespace == "" {
-			key.Namespace = l.opts.Namespace
-		}
+	if obj.GetKind() == policy.KindNamespaced && obj.GetNamespace() == "" {
+		obj.SetNamespace(l.opts.Namespace) // where kubectl apply -n puts it
 	}
+	key := policy.Key{Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName()}
 	name := key.String()
 	at := func(sev Severity, code string, errs field.ErrorList) []Problem {
 		var out []Problem
 		for _, e := range errs {
-			out = append(out, Problem{File: d.Source, Document: d.Index, Line: d.LineOf(e.Field), Policy: name,
+			out = append(out, Problem{File: d.Source, Document: d.Index, Item: d.Item, Line: d.LineOf(e.Field), Policy: name,
 				Field: e.Field, Severity: sev, Code: code, Message: message(e)})
 		}
 		return out
@@ -184,13 +216,13 @@ func (l *Linter) lintDoc(ctx context.Context, d *manifest.Document) []Problem {
 	_, cerrs := l.compiler.Compile(view)
 	cerrs = append(cerrs, l.kindErrors(view)...)
 	out = append(out, at(Error, "compile", cerrs)...)
-	ignored := ignoredRisks(obj.GetAnnotations())
+	ignored, unknown := ignoredRisks(obj.GetAnnotations())
+	out = append(out, at(Warning, RiskUnknownIgnore, unknown)...)
 	for _, r := range append(Risks(view.Spec), l.lookupRisks(view)...) {
 		if !ignored[r.Code] {
 			out = append(out, at(Warning, r.Code, field.ErrorList{r.Err})...)
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
 	return out
 }
 
@@ -273,12 +305,18 @@ func message(e *field.Error) string {
 	return strings.ReplaceAll(msg, e.Field+" in body ", "")
 }
 
-func ignoredRisks(ann map[string]string) map[string]bool {
+// ignoredRisks reads the risk codes a policy accepts, and reports codes that are no risk's.
+func ignoredRisks(ann map[string]string) (map[string]bool, field.ErrorList) {
 	out := map[string]bool{}
+	var unknown field.ErrorList
 	for _, c := range strings.Split(ann[AnnotationIgnore], ",") {
-		if c = strings.TrimSpace(c); c != "" {
-			out[c] = true
+		if c = strings.TrimSpace(c); c == "" {
+			continue
+		}
+		out[c] = true
+		if !slices.Contains(RiskCodes, c) {
+			unknown = append(unknown, field.NotSupported(field.NewPath("metadata", "annotations").Key(AnnotationIgnore), c, RiskCodes))
 		}
 	}
-	return out
+	return out, unknown
 }

@@ -23,7 +23,13 @@ const (
 	RiskSecretOverPlainHTTP = "secret-over-plain-http"
 	// RiskKindNotServed: a lookup of a kind the discovery dump (--kinds) does not have.
 	RiskKindNotServed = "kind-not-served"
+	// RiskUnknownIgnore: the ignore annotation names a code that is no risk's (a typo ignores
+	// nothing).
+	RiskUnknownIgnore = "unknown-ignore"
 )
+
+// RiskCodes are the codes a policy may accept with the ignore annotation.
+var RiskCodes = []string{RiskUnboundedWait, RiskRetainWithoutTimeout, RiskJobWithoutDeadline, RiskSecretOverPlainHTTP, RiskKindNotServed}
 
 // Risk is what compiles but is risky, at the field to change.
 type Risk struct {

@@ -34,7 +34,9 @@ type Document struct {
 	Source string
 	// Index is the document's position in its source, from 1 (empty documents count).
 	Index int
-	// Line is the document's first line in its source.
+	// Item is the object's position in a List document, from 1; 0 when the document is no List.
+	Item int
+	// Line is the document's (or the List item's) first line in its source.
 	Line int
 	// Object is the document as Kubernetes decodes it (integers as int64).
 	Object *unstructured.Unstructured
@@ -45,6 +47,9 @@ type Document struct {
 func (d *Document) Where(line int) string {
 	if line <= 0 {
 		line = d.Line
+	}
+	if d.Item > 0 {
+		return fmt.Sprintf("%s:%d (document %d, item %d)", d.Source, line, d.Index, d.Item)
 	}
 	return fmt.Sprintf("%s:%d (document %d)", d.Source, line, d.Index)
 }
@@ -150,25 +155,44 @@ func Parse(name string, raw []byte) ([]*Document, error) {
 		if err != nil {
 			return nil, &ReadError{Source: name, Err: fmt.Errorf("document %d is not YAML: %s", i, strings.TrimPrefix(err.Error(), "yaml: "))}
 		}
-		if len(n.Content) == 0 || n.Content[0].Kind == yaml.ScalarNode && n.Content[0].Tag == "!!null" {
+		// Documents that are not objects (empty ones; kustomize's JSON 6902 patches, which are
+		// lists) are no Kubernetes objects: skipped, as kubectl apply -k uses them.
+		if len(n.Content) == 0 || n.Content[0].Kind != yaml.MappingNode {
 			continue
 		}
-		obj, err := toObject(&n)
+		obj, err := toObject(n.Content[0])
 		if err != nil {
 			return nil, &ReadError{Source: name, Err: fmt.Errorf("document %d (line %d): %v", i, n.Content[0].Line, err)}
 		}
-		docs = append(docs, &Document{Source: name, Index: i, Line: n.Content[0].Line, Object: obj, node: n.Content[0]})
+		d := &Document{Source: name, Index: i, Line: n.Content[0].Line, Object: obj, node: n.Content[0]}
+		docs = append(docs, d.items()...)
 	}
+}
+
+// items returns a List's items as documents of their own (what kubectl get -o yaml prints: kind
+// List, or TeardownPolicyList), or d itself.
+func (d *Document) items() []*Document {
+	if !d.Object.IsList() {
+		return []*Document{d}
+	}
+	list, _ := d.Object.ToList()
+	itemsNode := child(d.node, "items")
+	out := make([]*Document, 0, len(list.Items))
+	for i := range list.Items {
+		item := &Document{Source: d.Source, Index: d.Index, Item: i + 1, Line: d.Line, Object: &list.Items[i], node: d.node}
+		if itemsNode != nil && i < len(itemsNode.Content) {
+			item.node, item.Line = itemsNode.Content[i], itemsNode.Content[i].Line
+		}
+		out = append(out, item)
+	}
+	return out
 }
 
 // toObject decodes a document as kubectl does: the YAML re-encoded and read by sigs.k8s.io/yaml
 // (YAML 1.1 scalars, timestamps kept as written, keys made strings), then JSON with integers as
 // int64.
 func toObject(n *yaml.Node) (*unstructured.Unstructured, error) {
-	if n.Content[0].Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("not a Kubernetes object: a YAML mapping with apiVersion and kind is expected")
-	}
-	raw, err := yaml.Marshal(n.Content[0])
+	raw, err := yaml.Marshal(n)
 	if err != nil {
 		return nil, err
 	}

@@ -216,26 +216,6 @@ func TestParseErrors(t *testing.T) {
 			in:   "---\n---\nkey: \"unterminated\n",
 			want: []string{"in.yaml: ", "document 2", "not YAML"},
 		},
-		{
-			name: "top-level scalar",
-			in:   "just a string\n",
-			want: []string{"in.yaml: ", "document 1", "not a Kubernetes object", "mapping"},
-		},
-		{
-			name: "top-level number in the second document",
-			in:   "apiVersion: v1\nkind: A\n---\n42\n",
-			want: []string{"in.yaml: ", "document 2", "not a Kubernetes object"},
-		},
-		{
-			name: "top-level list",
-			in:   "- apiVersion: v1\n  kind: A\n",
-			want: []string{"in.yaml: ", "document 1", "not a Kubernetes object", "mapping"},
-		},
-		{
-			name: "top-level JSON array",
-			in:   `[{"apiVersion":"v1","kind":"A"}]`,
-			want: []string{"in.yaml: ", "document 1", "not a Kubernetes object"},
-		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -514,9 +494,9 @@ func TestReadErrors(t *testing.T) {
 		{
 			name:       "bad document on stdin",
 			paths:      []string{"-"},
-			stdin:      "- a\n",
+			stdin:      "a: [\n",
 			wantSource: "-",
-			wantMsg:    "-: document 1 (line 1): not a Kubernetes object",
+			wantMsg:    "-: document 1 is not YAML",
 		},
 	}
 	for _, tt := range tests {
@@ -556,5 +536,35 @@ func TestParseKeysAsKubectl(t *testing.T) {
 	}
 	if spec := obj["spec"].(map[string]any); spec["enabled"] != true {
 		t.Errorf("spec = %v, want enabled: true (YAML 1.1, as kubectl reads it)", spec)
+	}
+}
+
+// TestParseSkipsAndExpands: documents that are not objects are skipped (kustomize's JSON 6902
+// patches are lists), and a List's items are documents of their own, at their own lines.
+func TestParseSkipsAndExpands(t *testing.T) {
+	in := "just a string\n---\n- op: add\n  path: /x\n---\n42\n---\n" +
+		"apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: a}\n" +
+		"- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: b\n"
+	docs, err := manifest.Parse("in.yaml", []byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(docs) != 2 {
+		t.Fatalf("got %d documents, want the List's 2 items", len(docs))
+	}
+	for i, want := range []struct {
+		name       string
+		item, line int
+	}{{"a", 1, 11}, {"b", 2, 14}} {
+		d := docs[i]
+		if d.Object.GetName() != want.name || d.Index != 4 || d.Item != want.item || d.Line != want.line {
+			t.Errorf("item %d: name %s index %d item %d line %d, want %+v", i, d.Object.GetName(), d.Index, d.Item, d.Line, want)
+		}
+	}
+	if got := docs[1].LineOf("metadata.name"); got != 17 {
+		t.Errorf("LineOf(metadata.name) of item 2 = %d, want 17", got)
+	}
+	if got := docs[1].Where(0); got != "in.yaml:14 (document 4, item 2)" {
+		t.Errorf("Where = %q", got)
 	}
 }

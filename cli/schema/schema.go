@@ -5,9 +5,12 @@
 package schema
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
+	"strings"
 
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -17,6 +20,8 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/listtype"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
@@ -27,6 +32,7 @@ import (
 
 // kindSchema is one served version's schema, ready to check objects.
 type kindSchema struct {
+	namespaced bool
 	structural *structuralschema.Structural
 	validator  validation.SchemaCreateValidator
 	cel        *cel.Validator
@@ -58,6 +64,7 @@ func New() (*Validator, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s version %s: %w", f, ver.Name, err)
 			}
+			ks.namespaced = def.Spec.Scope == apiextensionsv1.NamespaceScoped
 			v.kinds[schema.GroupVersionKind{Group: def.Spec.Group, Version: ver.Name, Kind: def.Spec.Names.Kind}] = ks
 		}
 	}
@@ -92,7 +99,7 @@ func (v *Validator) Validate(ctx context.Context, gvk schema.GroupVersionKind, o
 	if ks == nil {
 		return field.ErrorList{field.Invalid(field.NewPath("kind"), gvk.Kind, "not a kind of the teardown.dev API")}
 	}
-	var errs field.ErrorList
+	errs := validateMetadata(obj, ks.namespaced)
 	pruned := pruning.PruneWithOptions(obj, ks.structural, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true})
 	for _, p := range pruned {
 		errs = append(errs, &field.Error{Type: field.ErrorTypeInvalid, Field: p, BadValue: field.OmitValueType{},
@@ -106,4 +113,35 @@ func (v *Validator) Validate(ctx context.Context, gvk schema.GroupVersionKind, o
 	}
 	celErrs, _ := ks.cel.Validate(ctx, nil, ks.structural, obj, nil, celconfig.RuntimeCELCostBudget)
 	return append(errs, celErrs...)
+}
+
+// validateMetadata checks metadata as the API server does for every object: no unknown field,
+// a name that is a DNS subdomain, a namespace for namespaced kinds only, valid labels and
+// annotations.
+func validateMetadata(obj map[string]any, namespaced bool) field.ErrorList {
+	path := field.NewPath("metadata")
+	raw, err := json.Marshal(obj["metadata"])
+	if err != nil {
+		return field.ErrorList{field.Invalid(path, nil, err.Error())}
+	}
+	var errs field.ErrorList
+	var meta metav1.ObjectMeta
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&meta); err != nil {
+		name, unknown := strings.CutPrefix(err.Error(), `json: unknown field "`)
+		if !unknown {
+			return field.ErrorList{field.Invalid(path, field.OmitValueType{}, err.Error())}
+		}
+		errs = append(errs, &field.Error{Type: field.ErrorTypeInvalid, Field: path.Child(strings.TrimSuffix(name, `"`)).String(),
+			BadValue: field.OmitValueType{}, Detail: "unknown field (kubectl apply refuses it)"})
+		meta = metav1.ObjectMeta{}
+		if err := json.Unmarshal(raw, &meta); err != nil {
+			return errs
+		}
+	}
+	if namespaced && meta.Namespace == "" {
+		meta.Namespace = "default" // given by the request (kubectl apply -n) when the file names none
+	}
+	return append(errs, apivalidation.ValidateObjectMeta(&meta, namespaced, apivalidation.NameIsDNSSubdomain, path)...)
 }

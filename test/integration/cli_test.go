@@ -16,6 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -318,7 +319,7 @@ var _ = Describe("kubectl teardown", func() {
 		out, errOut, code := kubectlTeardown("drain", "--policy", "TeardownPolicy/keep", "-n", ns, "--dry-run")
 		Expect(code).To(Equal(cli.ExitOK), errOut)
 		Expect(out).To(And(ContainSubstring("would release 3 finalizers from 3 objects"),
-			ContainSubstring("would release "+finalizerOf(p)+" from configmaps "+ns+"/deleting (being deleted: its deletion completes now)")))
+			ContainSubstring("would release "+finalizerOf(p)+" from configmaps "+ns+"/deleting (being deleted: its deletion would complete)")))
 		for i, o := range objs {
 			Expect(finalizers(ctx, o)()).To(Equal(before[i]), "a dry run changes nothing")
 		}
@@ -358,5 +359,38 @@ var _ = Describe("kubectl teardown", func() {
 		_, errOut, code = kubectlTeardownAs(writeKubeconfig(nobody.Config()), "status", "-n", ns)
 		Expect(code).To(Equal(cli.ExitUsage))
 		expectOneLineError(errOut, "forbidden")
+	})
+
+	It("serves a user with rights in one namespace only: plan and status without cluster-wide lists", func() {
+		ns := newNamespace(ctx)
+		p := namespacedPolicy(ns, "hold", waitStep("hold", time.Hour))
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		cm := configMap(ns, "orders", map[string]string{"app": "hold"})
+		Expect(k8s.Create(ctx, cm)).To(Succeed())
+		Eventually(finalizers(ctx, cm), 10*time.Second).Should(ContainElement(finalizerOf(p)))
+
+		user, err := testEnv.AddUser(envtest.User{Name: "ns-admin-" + ns}, nil)
+		Expect(err).NotTo(HaveOccurred())
+		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "teardown-user"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{v1alpha1.Group}, Resources: []string{"teardownpolicies", "teardownruns"}, Verbs: []string{"get", "list", "watch", "patch"}},
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "delete"}},
+		}}
+		Expect(k8s.Create(ctx, role)).To(Succeed())
+		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "teardown-user"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "ns-admin-" + ns}}})).To(Succeed())
+		kubeconfig := writeKubeconfig(user.Config())
+
+		out, errOut, code := kubectlTeardownAs(kubeconfig, "plan", "configmap/orders", "-n", ns)
+		Expect(code).To(Equal(cli.ExitOK), errOut)
+		Expect(out).To(And(ContainSubstring("TeardownPolicy/"+ns+"/hold protects it"), ContainSubstring("you may not list ClusterTeardownPolicies")))
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
+		Expect(cm.DeletionTimestamp).To(BeNil(), "the dry-run delete deleted nothing")
+
+		run := deleteAndHold(ctx, cm, "hold")
+		out, errOut, code = kubectlTeardownAs(kubeconfig, "status", "configmap/orders", "-n", ns)
+		Expect(code).To(Equal(cli.ExitOK), errOut)
+		Expect(out).To(And(ContainSubstring("TeardownRun "+ns+"/"+run.Name+"  Running"), ContainSubstring("hold  Running")))
+		Expect(runPhase(ctx, cm)()).To(Equal(v1alpha1.RunRunning))
 	})
 })
