@@ -22,7 +22,7 @@ for platform in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64; do
   rm -rf "$dir"
   sum=$(sha256sum "$out/$name.tar.gz" | cut -d' ' -f1)
   uri="https://github.com/teardown-dev/teardown-operator/releases/download/$version/$name.tar.gz"
-  manifest=${manifest//"{{ addURIAndSha \"$uri\" $version }}"/"uri: $uri
+  manifest=${manifest//"{{ addURIAndSha \"$uri\" .TagName }}"/"uri: $uri
     sha256: $sum"}
   echo "bin/plugin/$name.tar.gz  sha256 $sum"
 done

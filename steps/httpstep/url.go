@@ -3,6 +3,7 @@ package httpstep
 import (
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -19,12 +20,31 @@ func (a *action) compileURL(cc steps.CompileContext, src string, path *field.Pat
 		return field.ErrorList{field.Invalid(path, src, err.Error())}
 	}
 	a.url = t
+	switch scheme, ok := fixedScheme(t.LiteralPrefix()); {
+	case ok && scheme == "":
+		return field.ErrorList{field.Invalid(path, src, "no scheme: start the URL with https:// or http:// (the text before ${ leaves no place for one)")}
+	case ok && scheme != "http" && scheme != "https":
+		return field.ErrorList{field.Invalid(path, src, fmt.Sprintf("scheme must be http or https, not %q", scheme))}
+	}
 	if fixed, ok := fixedDestination(t); ok {
 		if _, err := a.kind.checkURL(fixed, cc.Namespaced); err != nil {
 			return field.ErrorList{field.Invalid(path, src, err.Error())}
 		}
 	}
 	return nil
+}
+
+// fixedScheme returns the scheme every rendering of a URL starting with prefix has, when the
+// prefix fixes it: "" when the prefix ends the scheme part (a "/", "?" or "#" before any "://"),
+// so that no rendering can have one.
+func fixedScheme(prefix string) (string, bool) {
+	if scheme, _, ok := strings.Cut(prefix, "://"); ok {
+		return strings.ToLower(scheme), true
+	}
+	if strings.ContainsAny(prefix, "/?#") {
+		return "", true
+	}
+	return "", false
 }
 
 // fixedDestination returns the part of every rendering of t that fixes its scheme, host and
@@ -61,6 +81,11 @@ func (k *Kind) checkURL(raw string, namespaced bool) (*url.URL, error) {
 	}
 	if u.Hostname() == "" {
 		return nil, fmt.Errorf("no host")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("port %s is out of range (1 to 65535)", p)
+		}
 	}
 	if namespaced {
 		if err := k.guard.checkName(u.Hostname(), portOf(u)); err != nil {

@@ -38,6 +38,10 @@ func TestCompileURLDestination(t *testing.T) {
 		{"interpolated userinfo", true, "http://user:${object.pw}@127.0.0.2/x", ""},  // the host follows: ditto
 		{"interpolated scheme", true, "${object.scheme}://127.0.0.2/x", ""},          // ditto
 		{"escaped interpolation in path", true, "http://127.0.0.2/$${x}/${object.metadata.name}", "loopback address"},
+		{"no scheme before an interpolated path", false, "db-api.example.com/v1/${object.metadata.name}", "no scheme"},
+		{"bad scheme before an interpolated host", false, "ftp://${object.host}/x", "scheme must be http or https"},
+		{"port out of range", false, "https://registry.example.com:84430/v2/${object.metadata.name}", "port 84430 is out of range"},
+		{"port out of range, literal", true, "https://registry.example.com:0/v2/", "port 0 is out of range"},
 	}
 	h := newHarness(t, Options{AllowedDestinations: []Destination{mustDest(t, "127.0.0.1:8443")}})
 	for _, tt := range tests {

@@ -7,9 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -165,6 +167,7 @@ func (k *Kind) compileLookups(cc steps.CompileContext, ls []v1alpha1.Lookup, p *
 				}
 				lk.exprs = append(lk.exprs, se)
 			}
+			errs = append(errs, checkSelector(l.Selector, sp)...)
 		}
 		a.lookups = append(a.lookups, lk)
 	}
@@ -176,6 +179,27 @@ func (k *Kind) compileLookups(cc steps.CompileContext, ls []v1alpha1.Lookup, p *
 		return nil, field.ErrorList{field.Invalid(p, names, err.Error())}
 	}
 	return env, nil
+}
+
+// checkSelector checks a lookup's selector as the API server checks label selectors: keys,
+// operators, and the values written literally (an interpolated value is checked once rendered).
+func checkSelector(sel *metav1.LabelSelector, path *field.Path) field.ErrorList {
+	c := sel.DeepCopy()
+	literal := func(v string) string {
+		if strings.Contains(v, "${") {
+			return "x" // a valid stand-in for what the rendering gives
+		}
+		return strings.ReplaceAll(v, "$${", "${")
+	}
+	for k, v := range c.MatchLabels {
+		c.MatchLabels[k] = literal(v)
+	}
+	for i := range c.MatchExpressions {
+		for j, v := range c.MatchExpressions[i].Values {
+			c.MatchExpressions[i].Values[j] = literal(v)
+		}
+	}
+	return metav1validation.ValidateLabelSelector(c, metav1validation.LabelSelectorValidationOptions{}, path)
 }
 
 // checkScope refuses, when discovery can tell, a TeardownPolicy's lookup of a cluster-scoped kind:
