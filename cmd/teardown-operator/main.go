@@ -37,15 +37,15 @@ func main() {
 
 // options are the operator's flags.
 type options struct {
-	metricsAddr, probeAddr, leaderNS, runNS string
-	leaderElect                             bool
-	targetWorkers, runWorkers               int
-	retention, stuckAfter, resync           time.Duration
-	qps                                     float64
-	burst, httpInFlight                     int
-	httpInlineWait                          time.Duration
-	httpAllowed                             string
-	zap                                     zap.Options
+	metricsAddr, probeAddr, pprofAddr, leaderNS, runNS string
+	leaderElect                                        bool
+	targetWorkers, runWorkers                          int
+	retention, stuckAfter, resync                      time.Duration
+	qps                                                float64
+	burst, httpInFlight                                int
+	httpInlineWait                                     time.Duration
+	httpAllowed                                        string
+	zap                                                zap.Options
 }
 
 // parseFlags reads the command line into options.
@@ -53,6 +53,7 @@ func parseFlags() *options {
 	o := &options{}
 	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
+	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address to serve Go's profiles (/debug/pprof) on, for diagnosis; empty (the default) serves none.")
 	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
 	flag.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the run namespace).")
 	flag.StringVar(&o.runNS, "run-namespace", envOr("POD_NAMESPACE", "teardown-system"),
@@ -123,6 +124,7 @@ func newManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o
 		Cache:                         builtin.CacheOptions(),
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:        o.probeAddr,
+		PprofBindAddress:              o.pprofAddr,
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              "teardown-operator.teardown.dev",
 		LeaderElectionNamespace:       o.leaderNS,

@@ -20,27 +20,14 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
-	"runtime"
-	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
 type options struct {
@@ -54,6 +41,8 @@ type options struct {
 	extraArgs   string
 	step        string
 	httpDelay   time.Duration
+	contenders  string
+	profile     time.Duration
 }
 
 func main() {
@@ -68,10 +57,15 @@ func main() {
 	flag.StringVar(&o.extraArgs, "operator-args", "", "extra operator flags, space-separated (the default is none: production defaults)")
 	flag.StringVar(&o.step, "step", "wait", "the policy's one step: wait (duration 0) or http (a POST to a local server)")
 	flag.DurationVar(&o.httpDelay, "http-delay", 0, "with -step http, how long the local server waits before it answers")
+	flag.DurationVar(&o.profile, "profile", 0, "profile the operator's CPU for this long from the first delete, and its allocations, through --pprof-bind-address (bin/bench-operator.*.pprof)")
+	flag.StringVar(&o.contenders, "contenders", "raw,peer,operator", "who protects the targets, each on a fresh cluster: raw (the benchmark releases them itself), peer (a hand-written controller), operator")
 	flag.Parse()
 	if o.step != "wait" && o.step != "http" {
 		fmt.Fprintf(os.Stderr, "bench: -step must be wait or http, not %q\n", o.step)
 		os.Exit(2)
+	}
+	if o.step == "http" {
+		o.contenders = contenderOperator // only the operator has http steps
 	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -79,182 +73,32 @@ func main() {
 	}
 }
 
+// result is what one contender's run measured.
+type result struct {
+	contender      string
+	protect, total time.Duration
+	p50, p99       time.Duration
+	writes, reads  float64 // per object
+	rssIdle, peak  int64   // -1: no process (the raw floor)
+	cpu            time.Duration
+}
+
 func run(o options) error {
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
-	defer cancel()
-	kubeconfig, err := framework.StartCluster(o.root, o.cluster)
-	if err != nil {
-		return err
-	}
-	if !o.keepCluster {
-		defer func() {
-			if err := framework.StopCluster(o.root, o.cluster); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-			}
-		}()
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return err
-	}
-	cfg.QPS = -1 // the benchmark's own client must not be the bottleneck
-	scheme := k8sruntime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
-	_ = apiextensionsv1.AddToScheme(scheme)
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	if err := framework.InstallCRDs(ctx, c, filepath.Join(o.root, "config", "crd", "bases")); err != nil {
-		return err
-	}
-	if err := client.IgnoreAlreadyExists(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "teardown-system"}})); err != nil {
-		return err
-	}
-
-	var (
-		ep          *endpoint
-		metricsAddr string
-		modeArgs    []string
-		step        = framework.WaitStep("noop", 0)
-	)
-	if o.step == "http" {
-		if ep, err = startEndpoint(o.httpDelay); err != nil {
-			return err
+	var results []result
+	for _, name := range strings.Split(o.contenders, ",") {
+		c, ok := contenders()[strings.TrimSpace(name)]
+		if !ok {
+			return fmt.Errorf("-contenders: no contender %q (raw, peer, operator)", name)
 		}
-		defer ep.stop()
-		if metricsAddr, err = freeAddr(); err != nil {
-			return err
+		fmt.Printf("\n=== %s ===\n", c.name)
+		r, err := runOne(o, c)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
 		}
-		modeArgs = []string{"--metrics-bind-address=" + metricsAddr, "--http-allowed-destinations=" + ep.addr()}
-		step = httpStep(ep.addr())
-		fmt.Printf("http endpoint %s, operator metrics %s\n", ep.addr(), metricsAddr)
+		results = append(results, *r)
 	}
-	op, err := startOperator(o, kubeconfig, modeArgs...)
-	if err != nil {
-		return err
-	}
-	defer op.stop()
-
-	ns := fmt.Sprintf("bench-%d", time.Now().Unix())
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		return err
-	}
-	p := framework.NamespacedPolicy(ns, "bench", step)
-	if err := c.Create(ctx, p); err != nil {
-		return err
-	}
-	fmt.Printf("creating %d ConfigMaps in %s\n", o.n, ns)
-	createStart := time.Now()
-	if err := forEach(ctx, o.n, o.parallel, func(i int) error {
-		return c.Create(ctx, framework.ConfigMap(ns, name(i), map[string]string{"app": "bench"}))
-	}); err != nil {
-		return fmt.Errorf("creating ConfigMaps: %w", err)
-	}
-	if err := waitFor(ctx, 5*time.Minute, func() (bool, error) {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
-			return false, err
-		}
-		return int(p.Status.Protected) == o.n, nil
-	}); err != nil {
-		return fmt.Errorf("waiting for %d protected objects (have %d): %w", o.n, p.Status.Protected, err)
-	}
-	protectTime := time.Since(createStart)
-	rssIdle := op.rss()
-
-	gone, err := watchDeletions(ctx, c, ns, o.n)
-	if err != nil {
-		return err
-	}
-	// Deferred after StopCluster, so run before it: the watch must end while the API server is
-	// still there, or it sees its connection closed and fails to resume ("connection refused").
-	defer gone.stop()
-	cpuBefore := op.cpu()
-	before, err := writeCounts(ctx, cs)
-	if err != nil {
-		return err
-	}
-	deletedAt := make([]time.Time, o.n)
-	start := time.Now()
-	if err := forEach(ctx, o.n, o.parallel, func(i int) error {
-		deletedAt[i] = time.Now()
-		return c.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name(i)}})
-	}); err != nil {
-		diagnose(o, c, ns, gone.snapshot(), ep, metricsAddr)
-		return fmt.Errorf("deleting ConfigMaps: %w", err)
-	}
-	stopProgress := progress(o, gone, ep, start)
-	goneAt, err := gone.wait(ctx, o.n)
-	stopProgress()
-	if err == nil {
-		gone.stop() // every target is gone: nothing more to watch for
-	}
-	if err != nil {
-		snap := gone.snapshot()
-		diagnose(o, c, ns, snap, ep, metricsAddr)
-		return fmt.Errorf("waiting for %d targets to be gone (%d seen gone): %w", o.n, countTargets(snap), err)
-	}
-	total := time.Since(start)
-	if restarts, inferred := gone.resumed(); len(restarts) > 0 {
-		fmt.Printf("note: the deletion watch was closed %d times and resumed; %d deletions were found by a re-list (timed at the re-list):\n", len(restarts), inferred)
-		for _, r := range restarts {
-			fmt.Printf("      %s (%s after the first delete)\n", r.text, r.at.Sub(start).Round(time.Millisecond))
-		}
-	}
-	// Let the operator's last writes (run finalizers, policy status) land before counting.
-	time.Sleep(3 * time.Second)
-	after, err := writeCounts(ctx, cs)
-	if err != nil {
-		return err
-	}
-
-	var lat []time.Duration
-	for i := range o.n {
-		lat = append(lat, goneAt[name(i)].Sub(deletedAt[i]))
-	}
-	slices.Sort(lat)
-	writes := diff(after, before)
-	writes["DELETE configmaps"] -= o.n // the benchmark's own deletes
-	var opWrites, opReads int
-	for k, v := range writes {
-		if strings.HasPrefix(k, "read ") {
-			opReads += v
-		} else {
-			opWrites += v
-		}
-	}
-
-	if o.step == "http" {
-		fmt.Printf("\nteardown benchmark: %d targets, one http step (POST to a local server answering after %s), operator defaults + --http-allowed-destinations\n", o.n, o.httpDelay)
-	} else {
-		fmt.Printf("\nteardown benchmark: %d targets, one wait step (duration 0), operator defaults\n", o.n)
-	}
-	fmt.Printf("  protect %d new objects (create to finalizer):  %s\n", o.n, protectTime.Round(time.Millisecond))
-	fmt.Printf("  first delete to last target gone:            %s  (%.0f targets/s)\n", total.Round(time.Millisecond), float64(o.n)/total.Seconds())
-	fmt.Printf("  delete-to-gone latency p50 / p90 / p99 / max: %s / %s / %s / %s\n",
-		pct(lat, 50), pct(lat, 90), pct(lat, 99), lat[len(lat)-1].Round(time.Millisecond))
-	fmt.Printf("  API writes during teardown, per target:      %.2f  (all clients but the benchmark's deletes)\n", float64(opWrites)/float64(o.n))
-	fmt.Printf("  API reads (GET, LIST) per target:            %.2f\n", float64(opReads)/float64(o.n))
-	keys := make([]string, 0, len(writes))
-	for k := range writes {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if writes[k] != 0 {
-			fmt.Printf("      %-40s %7d  (%.2f per target)\n", k, writes[k], float64(writes[k])/float64(o.n))
-		}
-	}
-	fmt.Printf("  operator memory: RSS before deletes %s, peak RSS (VmHWM) %s\n", mib(rssIdle), mib(op.peak()))
-	fmt.Printf("  operator CPU during teardown: %.1f s (of %.1f s wall, on %d cores shared with the control plane)\n",
-		(op.cpu() - cpuBefore).Seconds(), total.Seconds(), runtime.NumCPU())
-	if o.step == "http" {
-		return httpReport(ctx, o, ep, metricsAddr, op.log.Name(), deletedAt, goneAt)
+	if len(results) > 1 {
+		compare(o, results)
 	}
 	return nil
 }
@@ -306,25 +150,41 @@ func writeCounts(ctx context.Context, cs kubernetes.Interface) (map[string]int, 
 		return nil, errors.New("API server exposes no apiserver_request_total")
 	}
 	for _, m := range fam.GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
+		if key, ok := requestKey(m.GetLabel()); ok {
+			out[key] += int(m.GetCounter().GetValue())
 		}
-		verb := labels["verb"]
-		switch verb {
-		case "POST", "PUT", "PATCH", "DELETE", "APPLY":
-		case "GET", "LIST":
-			verb = "read " + verb
-		default:
-			continue
+	}
+	// The time the API server spent on them, in microseconds, under "µs <key>".
+	for _, m := range families["apiserver_request_duration_seconds"].GetMetric() {
+		if key, ok := requestKey(m.GetLabel()); ok {
+			out[timeKey+key] += int(m.GetHistogram().GetSampleSum() * 1e6)
 		}
-		key := verb + " " + labels["resource"]
-		if labels["subresource"] != "" {
-			key += "/" + labels["subresource"]
-		}
-		out[key] += int(m.GetCounter().GetValue())
 	}
 	return out, nil
+}
+
+// timeKey prefixes the keys of the API server's time per kind of request.
+const timeKey = "µs "
+
+// requestKey is "VERB resource[/subresource]" for writes, "read VERB resource" for reads.
+func requestKey(labelPairs []*dto.LabelPair) (string, bool) {
+	labels := map[string]string{}
+	for _, l := range labelPairs {
+		labels[l.GetName()] = l.GetValue()
+	}
+	verb := labels["verb"]
+	switch verb {
+	case "POST", "PUT", "PATCH", "DELETE", "APPLY":
+	case "GET", "LIST":
+		verb = "read " + verb
+	default:
+		return "", false
+	}
+	key := verb + " " + labels["resource"]
+	if labels["subresource"] != "" {
+		key += "/" + labels["subresource"]
+	}
+	return key, true
 }
 
 func diff(after, before map[string]int) map[string]int {

@@ -10,43 +10,48 @@ import (
 	"time"
 )
 
-// operator is the operator process under test.
-type operator struct {
+// process is a controller process under test: the operator or the peer.
+type process struct {
 	cmd *exec.Cmd
 	log *os.File
 }
 
 // startOperator starts the operator with the benchmark's base flags, then modeArgs, then the
 // user's -operator-args.
-func startOperator(o options, kubeconfig string, modeArgs ...string) (*operator, error) {
-	logPath := filepath.Join(o.root, "bin", "bench-operator.log")
+func startOperator(o options, kubeconfig string, modeArgs []string) (*process, error) {
+	args := []string{"--kubeconfig", kubeconfig, "--run-namespace", "teardown-system",
+		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"}
+	args = append(args, modeArgs...)
+	args = append(args, strings.Fields(o.extraArgs)...)
+	return startProcess(filepath.Join(o.root, "bin", "bench-operator.log"), o.operatorBin, args...)
+}
+
+// startProcess runs bin with args, its output in logPath.
+func startProcess(logPath, bin string, args ...string) (*process, error) {
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(o.operatorBin, "--kubeconfig", kubeconfig, "--run-namespace", "teardown-system",
-		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0")
-	cmd.Args = append(cmd.Args, modeArgs...)
-	cmd.Args = append(cmd.Args, strings.Fields(o.extraArgs)...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", o.operatorBin, err)
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
-	fmt.Printf("operator pid %d, log %s\n", cmd.Process.Pid, logPath)
-	return &operator{cmd: cmd, log: f}, nil
+	fmt.Printf("%s pid %d, log %s\n", filepath.Base(bin), cmd.Process.Pid, logPath)
+	return &process{cmd: cmd, log: f}, nil
 }
 
-func (op *operator) stop() {
+func (op *process) stop() {
 	_ = op.cmd.Process.Signal(os.Interrupt)
 	_ = op.cmd.Wait()
 	_ = op.log.Close()
 }
 
-func (op *operator) rss() int64  { return procStatus(op.cmd.Process.Pid, "VmRSS") }
-func (op *operator) peak() int64 { return procStatus(op.cmd.Process.Pid, "VmHWM") }
+func (op *process) rss() int64  { return procStatus(op.cmd.Process.Pid, "VmRSS") }
+func (op *process) peak() int64 { return procStatus(op.cmd.Process.Pid, "VmHWM") }
 
 // cpu returns the operator's user and system CPU time so far, from /proc/<pid>/stat.
-func (op *operator) cpu() time.Duration {
+func (op *process) cpu() time.Duration {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", op.cmd.Process.Pid))
 	if err != nil {
 		return 0

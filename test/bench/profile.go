@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+)
+
+// profiler captures the operator's CPU profile during a teardown, and its allocations, from its
+// --pprof-bind-address.
+type profiler struct {
+	addr, dir string
+	done      chan error
+}
+
+// startProfile begins a CPU profile of d; wait collects it.
+func startProfile(ctx context.Context, addr, dir string, d time.Duration) *profiler {
+	p := &profiler{addr: addr, dir: dir, done: make(chan error, 1)}
+	go func() {
+		p.done <- fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())), filepath.Join(dir, "bench-operator.cpu.pprof"))
+	}()
+	return p
+}
+
+// report waits for the CPU profile, takes the allocation profile, and prints the top of both.
+func (p *profiler) report(ctx context.Context) error {
+	if err := <-p.done; err != nil {
+		return fmt.Errorf("CPU profile: %w", err)
+	}
+	heap := filepath.Join(p.dir, "bench-operator.heap.pprof")
+	if err := fetch(ctx, "http://"+p.addr+"/debug/pprof/heap", heap); err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	for _, view := range []struct{ title, file, sample string }{
+		{"CPU during the teardown (cumulative)", "bench-operator.cpu.pprof", ""},
+		{"allocated since start, by function (cumulative)", "bench-operator.heap.pprof", "-sample_index=alloc_space"},
+	} {
+		args := []string{"tool", "pprof", "-top", "-cum", "-nodecount=30"}
+		if view.sample != "" {
+			args = append(args, view.sample)
+		}
+		out, err := exec.CommandContext(ctx, "go", append(args, filepath.Join(p.dir, view.file))...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("go tool pprof: %v: %s", err, out)
+		}
+		fmt.Printf("\n%s (%s):\n%s", view.title, filepath.Join(p.dir, view.file), out)
+	}
+	return nil
+}
+
+func fetch(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}
