@@ -260,13 +260,10 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 		run.ResourceVersion = ""
 		err = r.client.Create(ctx, run)
 	}
-	switch {
-	case apierrors.IsAlreadyExists(err):
-	case err != nil:
+	// The run's first pass says that the deletion is held (TeardownStarted), unless it ends the
+	// teardown at once: then its end says all.
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating run for %s: %w", key, err)
-	default:
-		r.events.emit(ctx, targetRef(key, obj), run, key.Namespace, pipeline.Eventf(false, v1alpha1.ReasonRunCreated,
-			"Deletion held by %s until TeardownRun %s/%s completes", p.Key, run.Namespace, run.Name))
 	}
 	r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
 	return nil

@@ -8,6 +8,8 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -113,6 +115,8 @@ type pass struct {
 	object map[string]any
 	// startedNow names the step this pass started, if any.
 	startedNow string
+	// startedRun is set when this pass started the run.
+	startedRun bool
 }
 
 // Advance takes run one pass forward, as far as it goes without waiting, editing its status in
@@ -127,6 +131,14 @@ func Advance(ctx context.Context, run *v1alpha1.TeardownRun, f Facts) Effects {
 		p.afterFinish()
 	} else {
 		p.advance(ctx)
+	}
+	if p.startedRun && !run.Status.Phase.Finished() {
+		// Said only of a run that goes on past its first pass: one that ends in it is told by
+		// its end alone (events are most of the API writes of a fast teardown).
+		ref := run.Spec.PolicyRef
+		started := Eventf(false, v1alpha1.ReasonRunCreated, "Deletion held by %s until TeardownRun %s/%s completes",
+			policy.Key{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}, run.Namespace, run.Name)
+		p.out.Events = append([]Event{started}, p.out.Events...)
 	}
 	return p.out
 }
@@ -188,6 +200,7 @@ func (p *pass) runPipeline(ctx context.Context) {
 }
 
 func (p *pass) start() {
+	p.startedRun = true
 	st := &p.run.Status
 	st.Phase = v1alpha1.RunRunning
 	now := metav1.NewTime(p.now)
@@ -224,6 +237,8 @@ func (p *pass) finish(phase v1alpha1.RunPhase, msg string) {
 		Reason: string(phase), Message: msg, ObservedGeneration: p.run.Generation})
 	fin := p.run.Spec.Finalizer
 	switch {
+	case phase == v1alpha1.RunSucceeded && p.startedRun:
+		p.note(false, v1alpha1.ReasonSucceeded, "Teardown succeeded at once (%s); finalizer %s removed", p.foldStepEvents(), fin)
 	case phase == v1alpha1.RunSucceeded:
 		p.note(false, v1alpha1.ReasonSucceeded, "Teardown succeeded; finalizer %s removed", fin)
 	case phase == v1alpha1.RunAbandoned:
@@ -265,6 +280,21 @@ func (p *pass) afterFinish() {
 func (p *pass) setFailed(reason, msg string) {
 	meta.SetStatusCondition(&p.run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionFailed, Status: metav1.ConditionTrue,
 		Reason: reason, Message: msg, ObservedGeneration: p.run.Generation})
+}
+
+// foldStepEvents removes the pass's events of steps that succeeded or were skipped, and says
+// the same in a few words for the run's one event: a run that starts and succeeds in one pass
+// costs two events (on the run and on its object), whatever its number of steps. Warnings stay.
+func (p *pass) foldStepEvents() string {
+	var parts []string
+	p.out.Events = slices.DeleteFunc(p.out.Events, func(ev Event) bool {
+		quiet := ev.Reason == v1alpha1.ReasonStepSucceeded || ev.Reason == v1alpha1.ReasonStepSkipped
+		return quiet && !ev.Warning
+	})
+	for _, ss := range p.run.Status.Steps {
+		parts = append(parts, ss.Name+" "+strings.ToLower(string(ss.Phase)))
+	}
+	return "steps: " + strings.Join(parts, ", ")
 }
 
 // note queues an event for the run and its target.

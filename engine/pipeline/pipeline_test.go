@@ -104,6 +104,27 @@ func guarded(t *testing.T, s *policy.Step) *policy.Step {
 	return s
 }
 
+// A run that goes on past its first pass says so at once (TeardownStarted), and tells each step
+// as it ends.
+func TestEventsOfARunOfSeveralPasses(t *testing.T) {
+	calls := 0
+	later := steps.ActionFunc(func(context.Context, *steps.Input) steps.Result {
+		if calls++; calls == 1 {
+			return steps.Waiting(time.Second, "not yet")
+		}
+		return steps.Done("done")
+	})
+	run, pipe := runOf("", 0, step("first", steps.Nop{}), step("later", later))
+	out := Advance(context.Background(), run, at(pipe, 0))
+	expect(t, "first pass events", reasons(out), "TeardownStarted,StepSucceeded,StepStarted")
+	if !strings.Contains(out.Events[0].Note, "Deletion held by TeardownPolicy/ns/p until TeardownRun ns/r completes") {
+		t.Errorf("TeardownStarted note: %q", out.Events[0].Note)
+	}
+	out = Advance(context.Background(), run, at(pipe, time.Second))
+	expect(t, "second pass events", reasons(out), "StepSucceeded,TeardownSucceeded")
+	expect(t, "phases", phases(run), "Succeeded first=Succeeded later=Succeeded")
+}
+
 func TestGuardSkipsAndInstantSteps(t *testing.T) {
 	run, pipe := runOf("", 0,
 		guarded(t, step("skipped", steps.Nop{}, when("object.?tier.orValue('') == 'prod'"))),
@@ -111,12 +132,14 @@ func TestGuardSkipsAndInstantSteps(t *testing.T) {
 		guarded(t, step("broken", steps.Nop{}, when("object.tier == 'prod'"), func(s *v1alpha1.Step) { s.OnFailure = v1alpha1.OnFailureContinue })))
 	out := Advance(context.Background(), run, at(pipe, 0))
 	expect(t, "phases", phases(run), "Succeeded skipped=Skipped instant=Succeeded broken=Failed")
-	expect(t, "events", reasons(out), "StepSkipped,StepSucceeded,StepFailed,TeardownSucceeded")
+	// A run that ends in its first pass tells it in one event (on the run and on its object);
+	// warnings stay.
+	expect(t, "events", reasons(out), "StepFailed,TeardownSucceeded")
 	if !strings.Contains(run.Status.Step("broken").Message, "when: ") {
 		t.Errorf("a when that cannot be evaluated fails the step, saying so: %q", run.Status.Step("broken").Message)
 	}
-	if !strings.Contains(out.Events[1].Note, "started and succeeded at once") {
-		t.Errorf("an instant step gets one event: %q", out.Events[1].Note)
+	if note := out.Events[1].Note; !strings.Contains(note, "at once (steps: skipped skipped, instant succeeded, broken failed)") {
+		t.Errorf("the run's one event names its steps: %q", note)
 	}
 	if out.RequeueAfter != 0 || len(out.Observations) == 0 || out.Observations[len(out.Observations)-1].Metric != PipelineDuration {
 		t.Errorf("effects = %+v", out)
