@@ -11,7 +11,6 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/cli/fixture"
 	"github.com/teardown-dev/teardown-operator/cli/manifest"
-	"github.com/teardown-dev/teardown-operator/steps/httpstep"
 )
 
 // testOptions are the flags of kubectl teardown test.
@@ -59,10 +58,11 @@ func (r *root) runTests(ctx context.Context, args []string, o testOptions) error
 	if o.output != "text" && o.output != "json" {
 		return usageError("--output %q: must be text or json", o.output)
 	}
-	opts, err := testFixtureOptions(o.allowed)
+	allowed, err := parseDestinations(o.allowed)
 	if err != nil {
 		return err
 	}
+	opts := fixture.Options{AllowedDestinations: allowed}
 	docs, err := manifest.Read(args, r.streams.In)
 	if err != nil {
 		return readError(err)
@@ -100,22 +100,6 @@ func (r *root) runTests(ctx context.Context, args []string, o testOptions) error
 		return findings
 	}
 	return nil
-}
-
-// testFixtureOptions reads the flags that apply to every test.
-func testFixtureOptions(allowed string) (fixture.Options, error) {
-	var opts fixture.Options
-	for _, s := range strings.Split(allowed, ",") {
-		if strings.TrimSpace(s) == "" {
-			continue
-		}
-		d, err := httpstep.ParseDestination(s)
-		if err != nil {
-			return opts, usageError("--http-allowed-destinations: %v", err)
-		}
-		opts.AllowedDestinations = append(opts.AllowedDestinations, d)
-	}
-	return opts, nil
 }
 
 func (r *root) printTestResult(res *fixture.Result, verbose bool) {
