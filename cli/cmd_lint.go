@@ -35,12 +35,7 @@ Exit status: 0 clean, 1 problems found, 2 usage error (no such file, not YAML, n
 		Example: `  kubectl teardown lint policies/
   kustomize build overlays/prod | kubectl teardown lint -
   kubectl teardown lint --kinds kinds.json -o json policies/`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return usageError("lint needs at least one FILE, DIR or - (stdin)")
-			}
-			return nil
-		},
+		Args: someArgs("FILE, DIR or - (stdin)"),
 		RunE: func(cmd *cobra.Command, args []string) error { return r.lint(cmd.Context(), args, o) },
 	}
 	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "output format: text or json")

@@ -38,12 +38,7 @@ policy lacks): the tests stop at the first broken one.`,
 		Example: `  kubectl teardown test policies/
   kubectl teardown test -v samples/tests/database-dump-job.test.yaml
   kubectl teardown test --http-allowed-destinations=10.0.0.0/8 policies/`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return usageError("test needs at least one FILE or DIR")
-			}
-			return nil
-		},
+		Args: someArgs("FILE or DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error { return r.runTests(cmd.Context(), args, o) },
 	}
 	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "output format: text or json")

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/resource"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -31,6 +32,8 @@ type kube struct {
 	cfg    *rest.Config
 	mapper meta.RESTMapper
 	client client.Client
+	// logs reads pod logs (pods/log is no object the controller-runtime client reads); made once.
+	logs kubernetes.Interface
 	// destinations checks http destinations as the operator does by default (plan).
 	destinations *httpstep.Kind
 	// clusterPoliciesHidden records that the user may not list ClusterTeardownPolicies.
@@ -61,6 +64,19 @@ func (k *kube) connect() error {
 	}
 	k.cfg, k.mapper, k.client = cfg, mapper, c
 	return nil
+}
+
+// clientset is a client-go clientset of the same config, for pod logs; made on first use, so
+// that status --watch does not make one per look.
+func (k *kube) clientset() (kubernetes.Interface, error) {
+	if k.logs == nil {
+		cs, err := kubernetes.NewForConfig(k.cfg)
+		if err != nil {
+			return nil, err
+		}
+		k.logs = cs
+	}
+	return k.logs, nil
 }
 
 // namespace is -n, or the kubeconfig context's namespace.

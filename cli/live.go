@@ -16,9 +16,8 @@ import (
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/internal/expr"
 	"github.com/teardown-dev/teardown-operator/steps"
+	"github.com/teardown-dev/teardown-operator/steps/builtin"
 	"github.com/teardown-dev/teardown-operator/steps/httpstep"
-	"github.com/teardown-dev/teardown-operator/steps/jobstep"
-	"github.com/teardown-dev/teardown-operator/steps/wait"
 )
 
 // errReadOnly is what a plan's client answers any write with: a plan never changes the cluster.
@@ -75,11 +74,11 @@ func (k *kube) liveCompiler() (*policy.Compiler, error) {
 	if err != nil {
 		return nil, err
 	}
-	kinds := steps.Registry{
-		wait.New(wait.NewAPILister(ro, k.mapper)),
-		httpstep.New(ro, func(types.NamespacedName) {}, httpstep.Options{AllowedDestinations: anywhere}),
-		jobstep.New(ro, ro, nil, func(context.Context, string) bool { return false }, jobstep.Options{}),
-	}
+	// The operator's own kinds, with a client that cannot write; a plan never wakes a run, and
+	// renders Jobs without asking whether their namespace is going.
+	deps := steps.Deps{Client: ro, Reader: ro, Mapper: k.mapper, Wake: func(types.NamespacedName) {},
+		NamespaceTerminating: func(context.Context, string) bool { return false }}
+	kinds := steps.Build(builtin.Kinds(builtin.Options{HTTP: httpstep.Options{AllowedDestinations: anywhere}}), deps)
 	return policy.NewCompiler(env, kinds, policy.KindScope(k.mapper)), nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"io"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/cli/lint"
@@ -55,18 +54,10 @@ func (r *root) planFile(ctx context.Context, file, output string) error {
 }
 
 func (r *root) planPolicyFile(ctx context.Context, compiler *policy.Compiler, d *manifest.Document) (fileReport, error) {
-	obj, err := manifest.Scheme.New(d.Object.GroupVersionKind())
+	view, err := lint.PolicyOf(d.Object, r.kube.namespace())
 	if err != nil {
 		return fileReport{}, usageError("%s: %v", d.Where(0), err)
 	}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(d.Object.Object, obj); err != nil {
-		return fileReport{}, usageError("%s: %v", d.Where(0), err)
-	}
-	p := obj.(client.Object)
-	if d.Object.GetKind() == policy.KindNamespaced && p.GetNamespace() == "" {
-		p.SetNamespace(r.kube.namespace())
-	}
-	view, _ := policy.ViewOf(p)
 	rep := fileReport{Policy: view.Key.String(), Protects: []string{}, Skips: []skippedObject{}}
 	c, errs := compiler.Compile(view)
 	if len(errs) > 0 {

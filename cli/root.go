@@ -143,3 +143,13 @@ func (r *root) versionCommand() *cobra.Command {
 		Run:   func(*cobra.Command, []string) { fmt.Fprintln(r.streams.Out, "kubectl-teardown "+Version) },
 	}
 }
+
+// someArgs requires at least one argument, as a usage error naming what is expected.
+func someArgs(what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return usageError("%s needs at least one %s", cmd.Name(), what)
+		}
+		return nil
+	}
+}

@@ -14,7 +14,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -81,7 +80,7 @@ func (r *root) printJob(ctx context.Context, w io.Writer, ss *v1alpha1.StepStatu
 	}
 	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
 	pod := pods.Items[len(pods.Items)-1]
-	cs, err := kubernetes.NewForConfig(r.kube.cfg)
+	cs, err := r.kube.clientset()
 	if err != nil {
 		return
 	}

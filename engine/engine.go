@@ -111,9 +111,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 	deps := steps.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper(),
 		Wake:   func(run types.NamespacedName) { e.wake.runs.Add(reconcile.Request{NamespacedName: run}) },
 		Config: mgr.GetConfig(), NamespaceTerminating: e.reads.namespaceTerminating}
-	for _, f := range kinds {
-		e.kinds = append(e.kinds, f(deps))
-	}
+	e.kinds = steps.Build(kinds, deps)
 	e.compiler = policy.NewCompiler(env, e.kinds, policy.KindScope(mgr.GetRESTMapper()))
 	e.watches = watch.NewManager(mc, mgr.GetRESTMapper(), e.route, opts.Resync, ctrl.Log.WithName("watch"))
 	e.wake.watches = e.watches

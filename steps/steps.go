@@ -159,6 +159,15 @@ type Deps struct {
 // Registry holds the kinds the engine knows.
 type Registry []Kind
 
+// Build makes a registry of the kinds the factories build from deps.
+func Build(factories []Factory, deps Deps) Registry {
+	r := make(Registry, 0, len(factories))
+	for _, f := range factories {
+		r = append(r, f(deps))
+	}
+	return r
+}
+
 // Find returns the kind step uses, or an error when it uses none or several.
 func (r Registry) Find(step *v1alpha1.Step) (Kind, error) {
 	var found Kind

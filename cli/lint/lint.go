@@ -5,13 +5,13 @@ package lint
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -125,10 +125,7 @@ func New(opts Options) (*Linter, error) {
 	if err != nil {
 		return nil, err
 	}
-	var kinds steps.Registry
-	for _, f := range builtin.Kinds(builtin.Options{HTTP: httpstep.Options{AllowedDestinations: opts.AllowedDestinations}}) {
-		kinds = append(kinds, f(steps.Deps{}))
-	}
+	kinds := steps.Build(builtin.Kinds(builtin.Options{HTTP: httpstep.Options{AllowedDestinations: opts.AllowedDestinations}}), steps.Deps{})
 	var scope func(schema.GroupVersionKind) (bool, error)
 	if opts.Kinds != nil {
 		scope = opts.Kinds.Namespaced
@@ -192,7 +189,7 @@ func (l *Linter) checkDoc(ctx context.Context, d *manifest.Document) []Problem {
 		var out []Problem
 		for _, e := range errs {
 			out = append(out, Problem{File: d.Source, Document: d.Index, Item: d.Item, Line: d.LineOf(e.Field), Policy: name,
-				Field: e.Field, Severity: sev, Code: code, Message: message(e)})
+				Field: e.Field, Severity: sev, Code: code, Message: cschema.Message(e)})
 		}
 		return out
 	}
@@ -228,32 +225,35 @@ func (l *Linter) checkDoc(ctx context.Context, d *manifest.Document) []Problem {
 
 // decode turns the defaulted object into the typed policy the compiler reads.
 func (l *Linter) decode(obj *unstructured.Unstructured) (policy.View, field.ErrorList) {
-	raw, err := json.Marshal(obj.Object)
-	if err != nil {
-		return policy.View{}, field.ErrorList{field.InternalError(nil, err)}
-	}
-	var typed client.Object
-	if obj.GetKind() == policy.KindNamespaced {
-		p := &v1alpha1.TeardownPolicy{}
-		typed = p
-		if err = json.Unmarshal(raw, p); err == nil && p.Namespace == "" {
-			p.Namespace = l.opts.Namespace
-		}
-	} else {
-		typed = &v1alpha1.ClusterTeardownPolicy{}
-		err = json.Unmarshal(raw, typed)
-	}
+	view, err := PolicyOf(obj, l.opts.Namespace)
 	if err != nil {
 		return policy.View{}, field.ErrorList{field.Invalid(field.NewPath("spec"), nil, err.Error())}
 	}
-	view, err := policy.ViewOf(typed)
-	if err != nil {
-		return policy.View{}, field.ErrorList{field.InternalError(nil, err)}
-	}
-	if typed.GetName() == "" {
+	if view.Key.Name == "" {
 		return view, field.ErrorList{field.Required(field.NewPath("metadata", "name"), "")}
 	}
 	return view, nil
+}
+
+// PolicyOf converts a TeardownPolicy or ClusterTeardownPolicy document into the typed policy
+// the compiler reads; a TeardownPolicy that names no namespace gets namespace (where kubectl
+// apply -n would put it).
+func PolicyOf(u *unstructured.Unstructured, namespace string) (policy.View, error) {
+	obj, err := manifest.Scheme.New(u.GroupVersionKind())
+	if err != nil {
+		return policy.View{}, err
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj); err != nil {
+		return policy.View{}, err
+	}
+	p, ok := obj.(client.Object)
+	if !ok {
+		return policy.View{}, fmt.Errorf("%s is not a teardown policy", u.GetKind())
+	}
+	if u.GetKind() == policy.KindNamespaced && p.GetNamespace() == "" {
+		p.SetNamespace(namespace)
+	}
+	return policy.ViewOf(p)
 }
 
 // kindErrors checks the target kind against the discovery dump, when there is one.
@@ -296,13 +296,6 @@ func (l *Linter) lookupRisks(v policy.View) []Risk {
 		}
 	}
 	return out
-}
-
-// message is an error without its field path, which Problem carries apart.
-func message(e *field.Error) string {
-	msg := strings.TrimPrefix(e.ErrorBody(), "Invalid value: ")
-	// The OpenAPI validator repeats the path: "spec.x in body should match ...".
-	return strings.ReplaceAll(msg, e.Field+" in body ", "")
 }
 
 // ignoredRisks reads the risk codes a policy accepts, and reports codes that are no risk's.

@@ -145,3 +145,10 @@ func validateMetadata(obj map[string]any, namespaced bool) field.ErrorList {
 	}
 	return append(errs, apivalidation.ValidateObjectMeta(&meta, namespaced, apivalidation.NameIsDNSSubdomain, path)...)
 }
+
+// Message is an error without its field path, which callers report apart; the OpenAPI validator
+// repeats the path in its text ("spec.x in body should match ..."), which is dropped too.
+func Message(e *field.Error) string {
+	msg := strings.TrimPrefix(e.ErrorBody(), "Invalid value: ")
+	return strings.ReplaceAll(msg, e.Field+" in body ", "")
+}
