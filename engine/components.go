@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -58,6 +59,17 @@ func (c clusterReads) namespace(ctx context.Context, ns string) (*metav1.Partial
 	return m, err
 }
 
+// foreignStatusWriter returns a field manager other than the engine's that owns a field of the
+// run's status, or "".
+func foreignStatusWriter(run *v1alpha1.TeardownRun) string {
+	for _, mf := range run.ManagedFields {
+		if mf.Manager != FieldManager && mf.FieldsV1 != nil && strings.Contains(mf.FieldsV1.GetRawString(), `"f:status"`) {
+			return mf.Manager
+		}
+	}
+	return ""
+}
+
 // wakeups are the controllers' queues, for work one reconciler finds for another.
 type wakeups struct {
 	targets  queueRef[TargetKey]
@@ -93,12 +105,20 @@ func (w *wakeups) recountPolicy(pkey policy.Key) {
 	}
 }
 
+// FieldManager is the field manager of the engine's writes. A run's status written by any other
+// manager is not trusted (TeardownRun has no status subresource: see trusted).
+const FieldManager = "teardown-operator"
+
 // trusted checks that a run's spec is one the engine could have written: its finalizer is its
 // policy's, it lives in its target's namespace or the run namespace, and a TeardownPolicy's run
-// targets that policy's namespace. The engine acts with its own rights on the target a run names,
-// so a hand-made run must not be able to remove any finalizer from any object.
+// targets that policy's namespace; and that only the engine wrote its status. The engine acts with
+// its own rights on the target a run names, so a hand-made or hand-edited run must not be able to
+// remove any finalizer from any object.
 func trusted(runNamespace string, run *v1alpha1.TeardownRun) error {
 	ref, t := run.Spec.PolicyRef, run.Spec.Target
+	if m := foreignStatusWriter(run); m != "" {
+		return fmt.Errorf("its status was written by field manager %q: only the operator writes a run's status", m)
+	}
 	switch {
 	case run.Spec.Finalizer != naming.Finalizer(ref.Kind, ref.Name):
 		return fmt.Errorf("spec.finalizer %q is not the finalizer of %s %s", run.Spec.Finalizer, ref.Kind, ref.Name)

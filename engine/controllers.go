@@ -25,6 +25,11 @@ const policyWorkers = 2
 
 // setupControllers registers the policy, namespace, target and run controllers with mgr.
 func (e *Engine) setupControllers(mgr manager.Manager) error {
+	// One run reconciler: the target controller runs a new run's first pass with it (birth).
+	e.runs = &runReconciler{client: e.client, reader: e.reader, registry: e.registry,
+		compiler: e.compiler, watches: e.watches, events: e.events, metrics: e.metrics, written: e.written,
+		lookups: e.lookups, kinds: e.kinds, runNamespace: e.opts.RunNamespace, retention: e.opts.RunRetention,
+		fin: e.fin, wake: e.wake}
 	for _, setup := range []func(manager.Manager) error{e.setupPolicies, e.setupNamespaces, e.setupTargets, e.setupRuns} {
 		if err := setup(mgr); err != nil {
 			return err
@@ -95,7 +100,7 @@ func (e *Engine) setupTargets(mgr manager.Manager) error {
 	tc, err := controller.NewTyped[TargetKey]("target", mgr, controller.TypedOptions[TargetKey]{
 		Reconciler: requeueConflicts[TargetKey](&targetReconciler{client: e.client, reader: e.reader, registry: e.registry,
 			watches: e.watches, events: e.events, matchErrs: e.matchErrs, runNamespace: e.opts.RunNamespace,
-			fin: e.fin, reads: e.reads, wake: e.wake}),
+			fin: e.fin, reads: e.reads, wake: e.wake, runs: e.runs}),
 		MaxConcurrentReconciles: e.opts.TargetWorkers,
 	})
 	if err != nil {
@@ -118,18 +123,14 @@ func (e *Engine) setupRuns(mgr manager.Manager) error {
 	return runs.
 		// A run's own status writes must not wake it: its next check time is in the status and
 		// it is requeued for it. Creation, deletion, finalizer changes and a retry request do.
-		For(&v1alpha1.TeardownRun{}, builder.WithPredicates(predicate.Or(
-			predicate.GenerationChangedPredicate{},
-			predicate.Funcs{UpdateFunc: func(ev event.UpdateEvent) bool {
-				o, n := ev.ObjectOld, ev.ObjectNew
-				return (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) || !slices.Equal(o.GetFinalizers(), n.GetFinalizers()) ||
-					n.GetAnnotations()[v1alpha1.AnnotationRetry] != "" && o.GetAnnotations()[v1alpha1.AnnotationRetry] != n.GetAnnotations()[v1alpha1.AnnotationRetry]
-			}},
-		))).
+		// (Its spec never changes; without a status subresource, its generation counts status
+		// writes, so it says nothing here.)
+		For(&v1alpha1.TeardownRun{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: func(ev event.UpdateEvent) bool {
+			o, n := ev.ObjectOld, ev.ObjectNew
+			return (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) || !slices.Equal(o.GetFinalizers(), n.GetFinalizers()) ||
+				n.GetAnnotations()[v1alpha1.AnnotationRetry] != "" && o.GetAnnotations()[v1alpha1.AnnotationRetry] != n.GetAnnotations()[v1alpha1.AnnotationRetry]
+		}})).
 		WatchesRawSource(e.wake.runs.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: e.opts.RunWorkers}).
-		Complete(requeueConflicts[reconcile.Request](&runReconciler{client: e.client, reader: e.reader, registry: e.registry,
-			compiler: e.compiler, watches: e.watches, events: e.events, metrics: e.metrics, written: e.written,
-			lookups: e.lookups, kinds: e.kinds, runNamespace: e.opts.RunNamespace, retention: e.opts.RunRetention,
-			fin: e.fin, wake: e.wake}))
+		Complete(requeueConflicts[reconcile.Request](e.runs))
 }

@@ -47,6 +47,7 @@ type Engine struct {
 	opts     Options
 	client   client.Client
 	reader   client.Reader
+	runs     *runReconciler
 	registry *policy.Registry
 	compiler *policy.Compiler
 	watches  *watch.Manager
@@ -97,7 +98,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 	}
 	e := &Engine{
 		opts:      opts,
-		client:    mgr.GetClient(),
+		client:    client.WithFieldOwner(mgr.GetClient(), FieldManager),
 		reader:    mgr.GetAPIReader(),
 		registry:  policy.NewRegistry(),
 		lookups:   newInterest(),

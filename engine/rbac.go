@@ -5,7 +5,7 @@ package engine
 // wildcard rule to the kinds their policies use.
 //
 // +kubebuilder:rbac:groups=teardown.dev,resources=teardownpolicies;clusterteardownpolicies,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=teardown.dev,resources=teardownpolicies/status;clusterteardownpolicies/status;teardownruns/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=teardown.dev,resources=teardownpolicies/status;clusterteardownpolicies/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=teardown.dev,resources=teardownruns,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=*,resources=*,verbs=get;list;watch;patch;update
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch

@@ -10,10 +10,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
@@ -51,7 +53,25 @@ type pass struct {
 	target *metav1.PartialObjectMetadata // nil once the target is gone (or not read: released)
 	pipe   *policy.Pipeline
 	out    pipeline.Effects
+	// eventsOn says where the pass's events go: the run and its target, unless birth says
+	// otherwise.
+	eventsOn eventPlace
+	// policyRef is the policy, for events on it (eventsOnPolicy).
+	policyRef runtime.Object
 }
+
+// eventPlace is where a pass records its events.
+type eventPlace int
+
+const (
+	// eventsOnRunAndTarget: on the run, and on its target while it exists.
+	eventsOnRunAndTarget eventPlace = iota
+	// eventsOnTarget: on the target alone (a run recorded finished has its status to tell it).
+	eventsOnTarget
+	// eventsOnPolicy: on the policy, where the events library folds them into one series (a
+	// teardown that succeeded at once and was not recorded: runHistory OnFailure).
+	eventsOnPolicy
+)
 
 func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	cached, err := r.readRun(ctx, req.NamespacedName)
@@ -167,9 +187,16 @@ func (r *runReconciler) observe(run *v1alpha1.TeardownRun, obs []pipeline.Observ
 // flushEvents records a written pass's events on the run and on its target.
 func (r *runReconciler) flushEvents(ctx context.Context, p *pass) {
 	for _, ev := range p.out.Events {
-		r.events.emit(ctx, p.run, nil, p.run.Namespace, ev)
-		if p.target != nil {
-			r.events.emit(ctx, targetRef(p.tkey, p.target), p.run, p.tkey.Namespace, ev)
+		switch p.eventsOn {
+		case eventsOnPolicy:
+			r.events.emit(ctx, p.policyRef, nil, p.run.Spec.PolicyRef.Namespace, ev)
+		case eventsOnTarget:
+			r.events.emit(ctx, targetRef(p.tkey, p.target), nil, p.tkey.Namespace, ev)
+		case eventsOnRunAndTarget:
+			r.events.emit(ctx, p.run, nil, p.run.Namespace, ev)
+			if p.target != nil {
+				r.events.emit(ctx, targetRef(p.tkey, p.target), p.run, p.tkey.Namespace, ev)
+			}
 		}
 	}
 }
@@ -204,7 +231,8 @@ func (r *runReconciler) releaseSettled(ctx context.Context, p *pass) {
 func (r *runReconciler) readRun(ctx context.Context, key types.NamespacedName) (*v1alpha1.TeardownRun, error) {
 	run := &v1alpha1.TeardownRun{}
 	err := r.client.Get(ctx, key, run)
-	if err == nil && r.written.stale(key, run.ResourceVersion) {
+	if err == nil && (r.written.stale(key, run.ResourceVersion) || run.Annotations[trimmedInCache] != "" && run.Annotations[v1alpha1.AnnotationRetry] != "") {
+		run = &v1alpha1.TeardownRun{}
 		err = r.reader.Get(ctx, key, run)
 	}
 	if apierrors.IsNotFound(err) {
@@ -243,12 +271,17 @@ func (r *runReconciler) readTarget(ctx context.Context, key TargetKey, uid types
 }
 
 // commit writes the run status if the pass changed it. The patch is locked to the version read,
-// so a pass working from a stale cache cannot overwrite newer progress.
+// so a pass working from a stale cache cannot overwrite newer progress. A run that goes on holds
+// its own finalizer (v1alpha1.FinalizerRun, added in the same write): deleting its namespace
+// must not take it before it releases its target.
 func (r *runReconciler) commit(ctx context.Context, p *pass) error {
 	if equality.Semantic.DeepEqual(p.orig.Status, p.run.Status) {
 		return nil
 	}
-	if err := r.client.Status().Patch(ctx, p.run, client.MergeFromWithOptions(p.orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	if !p.run.Status.Phase.Finished() && p.run.DeletionTimestamp == nil {
+		controllerutil.AddFinalizer(p.run, v1alpha1.FinalizerRun)
+	}
+	if err := r.client.Patch(ctx, p.run, client.MergeFromWithOptions(p.orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
 	}
 	r.written.set(client.ObjectKeyFromObject(p.run), p.run.ResourceVersion)

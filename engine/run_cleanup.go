@@ -21,46 +21,88 @@ import (
 
 // cleanUp lets go of a finished run: it removes the finalizer from the target (if the outcome
 // releases it), then its own finalizer, and deletes the run after the retention period. The run's
-// own finalizer marks a release still to do, so a crash anywhere here is completed next time.
+// own finalizer marks a release still to do, so a crash anywhere here is completed next time; a
+// run recorded finished has none (see completeRelease).
 func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) (reconcile.Result, error) {
 	ownedErr := r.releaseOwned(ctx, run)
 	if trusted(r.runNamespace, run) != nil {
 		// A rejected run released nothing and holds nothing: only the record is left to expire.
 		return r.expire(ctx, run)
 	}
-	if !run.Status.Phase.Releases(run.Spec.Pipeline.FailurePolicy) {
-		if ownedErr != nil {
-			return reconcile.Result{RequeueAfter: ownedRetry}, nil
-		}
+	switch {
+	case ownedErr != nil && !run.Status.Phase.Releases(run.Spec.Pipeline.FailurePolicy):
+		return reconcile.Result{RequeueAfter: ownedRetry}, nil
+	case !run.Status.Phase.Releases(run.Spec.Pipeline.FailurePolicy):
 		return reconcile.Result{}, nil
+	case !slices.Contains(run.Finalizers, v1alpha1.FinalizerRun):
+		return r.completeRelease(ctx, run, ownedErr)
 	}
-	if slices.Contains(run.Finalizers, v1alpha1.FinalizerRun) {
-		t := run.Spec.Target
-		gv, _ := schema.ParseGroupVersion(t.APIVersion)
-		if trusted(r.runNamespace, run) == nil {
-			if _, err := r.fin.remove(ctx, gv.WithKind(t.Kind), t.Namespace, t.Name, t.UID, run.Spec.Finalizer); err != nil && !meta.IsNoMatchError(err) {
-				return reconcile.Result{}, fmt.Errorf("releasing %s %s/%s: %w", t.Kind, t.Namespace, t.Name, err)
-			}
+	if err := r.releaseTarget(ctx, run); err != nil {
+		return reconcile.Result{}, err
+	}
+	if ownedErr != nil {
+		// The target is released; the run keeps its own finalizer, the mark of work still to
+		// do, until what its steps made is let go.
+		return reconcile.Result{RequeueAfter: ownedRetry}, nil
+	}
+	m := &metav1.PartialObjectMetadata{ObjectMeta: run.ObjectMeta}
+	m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
+	rv, err := r.fin.patchOut(ctx, m.GroupVersionKind(), m, v1alpha1.FinalizerRun)
+	if err != nil {
+		if apierrors.IsInvalid(err) { // the patch's test failed: the list moved; read it again
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
-		if ownedErr != nil {
-			// The target is released; the run keeps its own finalizer, the mark of work still to
-			// do, until what its steps made is let go.
-			return reconcile.Result{RequeueAfter: ownedRetry}, nil
-		}
-		m := &metav1.PartialObjectMetadata{ObjectMeta: run.ObjectMeta}
-		m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
-		rv, err := r.fin.patchOut(ctx, m.GroupVersionKind(), m, v1alpha1.FinalizerRun)
-		if err != nil {
-			if apierrors.IsInvalid(err) { // the patch's test failed: the list moved; read it again
-				return reconcile.Result{RequeueAfter: conflictRetry}, nil
-			}
-			return reconcile.Result{}, client.IgnoreNotFound(err)
-		}
-		if rv != "" {
-			r.written.set(client.ObjectKeyFromObject(run), rv)
-		}
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if rv != "" {
+		r.written.set(client.ObjectKeyFromObject(run), rv)
 	}
 	return r.retain(ctx, run)
+}
+
+// completeRelease handles a run recorded finished, in the pass that created it (see birth): its
+// creator released the target right after, so the run controller only completes a release that
+// did not happen (a crash in between), once the creator has had the time to do it.
+func (r *runReconciler) completeRelease(ctx context.Context, run *v1alpha1.TeardownRun, ownedErr error) (reconcile.Result, error) {
+	if wait := releaseGrace - time.Since(run.CreationTimestamp.Time); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	if r.holdsTarget(run) {
+		if err := r.releaseTarget(ctx, run); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	if ownedErr != nil {
+		return reconcile.Result{RequeueAfter: ownedRetry}, nil
+	}
+	return r.retain(ctx, run)
+}
+
+// releaseGrace is how long the run controller leaves the release of a run recorded finished to
+// the reconcile that recorded it.
+const releaseGrace = 5 * time.Second
+
+// releaseTarget removes the run's finalizer from its target.
+func (r *runReconciler) releaseTarget(ctx context.Context, run *v1alpha1.TeardownRun) error {
+	t := run.Spec.Target
+	gv, _ := schema.ParseGroupVersion(t.APIVersion)
+	if _, err := r.fin.remove(ctx, gv.WithKind(t.Kind), t.Namespace, t.Name, t.UID, run.Spec.Finalizer); err != nil && !meta.IsNoMatchError(err) {
+		return fmt.Errorf("releasing %s %s/%s: %w", t.Kind, t.Namespace, t.Name, err)
+	}
+	return nil
+}
+
+// holdsTarget reports whether the run's target may still carry its finalizer: the watch cache
+// says so, or the kind is not watched (its policy is gone) and only the API server can tell.
+func (r *runReconciler) holdsTarget(run *v1alpha1.TeardownRun) bool {
+	t := run.Spec.Target
+	gv, _ := schema.ParseGroupVersion(t.APIVersion)
+	gvk := gv.WithKind(t.Kind)
+	if !r.watches.Synced(gvk) {
+		return true
+	}
+	m, ok := r.watches.Get(gvk, t.Namespace, t.Name)
+	return ok && m.UID == t.UID && slices.Contains(m.Finalizers, run.Spec.Finalizer)
 }
 
 // expire lets go of a rejected run: its own finalizer, if a hand-made run carries it, then the

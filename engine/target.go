@@ -35,6 +35,7 @@ type targetReconciler struct {
 	fin          *finalizerWriter
 	reads        clusterReads
 	wake         *wakeups
+	runs         *runReconciler
 }
 
 // retryUnknownPolicy is how soon a finalizer of a policy the engine has not loaded yet is looked at
@@ -222,10 +223,10 @@ func (r *targetReconciler) releaseWithoutRun(ctx context.Context, key TargetKey,
 	return nil
 }
 
-// createRun creates the TeardownRun for this deletion. Its name is derived from the policy and
-// the target's UID, so a repeat finds the run already there. It goes in the target's namespace
-// unless the target is cluster-scoped or its namespace is being deleted (where nothing can be
-// created); then it goes in the run namespace, labelled with the target.
+// createRun starts the TeardownRun for this deletion (see birth). Its name is derived from the
+// policy and the target's UID, so a repeat finds the run already there. It goes in the target's
+// namespace unless the target is cluster-scoped or its namespace is being deleted (where nothing
+// can be created); then it goes in the run namespace, labelled with the target.
 func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, p *policy.Compiled) error {
 	full, err := r.readFull(ctx, key)
 	if err != nil || full == nil {
@@ -254,19 +255,12 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 		}
 		run.Namespace = r.runNamespace
 	}
-	err = r.client.Create(ctx, run)
-	if apierrors.HasStatusCause(err, "NamespaceTerminating") && run.Namespace != r.runNamespace {
-		run.Namespace = r.runNamespace
-		run.ResourceVersion = ""
-		err = r.client.Create(ctx, run)
+	target := metaRef(key.GVK, key.Namespace, key.Name)
+	md, _ := live.Object["metadata"].(map[string]any)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(md, &target.ObjectMeta); err != nil {
+		return fmt.Errorf("reading the metadata of %s: %w", key, err)
 	}
-	// The run's first pass says that the deletion is held (TeardownStarted), unless it ends the
-	// teardown at once: then its end says all.
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating run for %s: %w", key, err)
-	}
-	r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
-	return nil
+	return r.runs.birth(ctx, run, p, key, target)
 }
 
 // readFull reads the whole object from the API server; nil means it is gone.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/internal/expr"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
 )
 
 // Kind is one kind of step. Implementations are stateless and safe for concurrent use.
@@ -67,6 +68,14 @@ type VariableDeclarer interface {
 	Variables() []string
 }
 
+// RunBinder is implemented by kinds whose steps need their TeardownRun recorded before they start
+// (a Job step's Job is owned by the run and labelled with its UID). The engine runs a new run's
+// first pass before it records the run, so that a pipeline that ends at once costs one write;
+// it stops that pass before a step of such a kind.
+type RunBinder interface {
+	BindsRun() bool
+}
+
 // OutputDeclarer is implemented by kinds whose steps have outputs, so that the expressions of
 // later steps are checked against the keys a step really has.
 type OutputDeclarer interface {
@@ -92,6 +101,13 @@ type Input struct {
 	// PolicyNamespace is the namespace of a TeardownPolicy; empty for a ClusterTeardownPolicy.
 	PolicyNamespace string
 	Now             time.Time
+}
+
+// DeletionID names the deletion the run is for (naming.DeletionID): the same for every pass and
+// retry, and known before the run is recorded.
+func (in *Input) DeletionID() string {
+	ref := in.Run.Spec.PolicyRef
+	return naming.DeletionID(ref.Kind, ref.Namespace, ref.Name, in.Run.Spec.Target.UID)
 }
 
 // Namespaced reports whether the step runs for a namespaced policy.

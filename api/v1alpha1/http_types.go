@@ -25,7 +25,7 @@ type HTTPStep struct {
 
 	// headers to send. Each has a literal value (with ${...} interpolation) or a value from a
 	// Secret key. Values from Secrets and Authorization headers are redacted from status, events
-	// and logs. An Idempotency-Key header, stable for the run and step, is added unless set here.
+	// and logs. An Idempotency-Key header, stable for the deletion and step, is added unless set here.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32

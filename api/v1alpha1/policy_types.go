@@ -4,6 +4,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// RunHistory says which deletions leave a TeardownRun behind.
+// +kubebuilder:validation:Enum=Always;OnFailure
+type RunHistory string
+
+const (
+	// RunHistoryAlways records a TeardownRun for every deletion.
+	RunHistoryAlways RunHistory = "Always"
+	// RunHistoryOnFailure records a TeardownRun only for pipelines that do not succeed in their
+	// first pass.
+	RunHistoryOnFailure RunHistory = "OnFailure"
+)
+
 // FailurePolicy says what happens to a target whose pipeline failed.
 // +kubebuilder:validation:Enum=Retain;Release
 type FailurePolicy string
@@ -239,6 +251,16 @@ type TeardownPolicySpec struct {
 	Match string `json:"match,omitempty"`
 
 	Pipeline `json:",inline"`
+
+	// runHistory says which deletions leave a TeardownRun behind. Always (the default) records
+	// every deletion. OnFailure records every pipeline that fails, is abandoned, or does not
+	// finish in its first pass (anything that waits, retries or runs a Job); a pipeline that
+	// finishes at once releases its object with one event on it and no run, which makes a
+	// teardown about twice as cheap for the API server. Either way a crash repeats at most the
+	// steps of one pass, with the same Idempotency-Key.
+	// +optional
+	// +kubebuilder:default=Always
+	RunHistory RunHistory `json:"runHistory,omitempty"`
 
 	// suspend releases every target: the finalizer is removed from all of them and in-flight runs
 	// are abandoned. Use it to break glass when the pipeline itself is at fault.

@@ -197,8 +197,10 @@ func (s *TeardownRunStatus) Step(name string) *StepStatus {
 // fresh attempts, when annotated `teardown.dev/retry=<who and why>`; the operator records the
 // retry in status.lastRetry and removes the annotation. Annotate the object
 // `teardown.dev/abandon=<who and why>` instead to release it without the rest of the cleanup.
+//
+// Only the operator writes runs, and it writes a run that ends in its first pass in one create,
+// status included: so TeardownRun has no status subresource.
 // +kubebuilder:object:root=true
-// +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=tdr,categories=teardown
 // +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.spec.policyRef.name`
 // +kubebuilder:printcolumn:name="Kind",type=string,JSONPath=`.spec.target.kind`

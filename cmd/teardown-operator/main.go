@@ -58,7 +58,7 @@ func parseFlags() *options {
 	flag.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the run namespace).")
 	flag.StringVar(&o.runNS, "run-namespace", envOr("POD_NAMESPACE", "teardown-system"),
 		"Namespace for the TeardownRuns of cluster-scoped targets and of targets whose namespace is being deleted. It must exist.")
-	flag.IntVar(&o.targetWorkers, "target-workers", 8, "Targets reconciled concurrently (finalizers, run creation).")
+	flag.IntVar(&o.targetWorkers, "target-workers", 16, "Targets reconciled concurrently (finalizers, and the first pass of each teardown).")
 	flag.IntVar(&o.runWorkers, "run-workers", 16, "Runs reconciled concurrently (pipeline steps).")
 	flag.DurationVar(&o.retention, "run-retention", 7*24*time.Hour, "How long finished TeardownRuns are kept; 0 keeps them forever.")
 	flag.DurationVar(&o.stuckAfter, "stuck-after", 15*time.Minute,
@@ -121,7 +121,7 @@ func run() error {
 func newManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o *options, httpOpts httpstep.Options) (ctrl.Manager, error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Cache:                         builtin.CacheOptions(),
+		Cache:                         engine.CacheOptions(builtin.CacheOptions()),
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:        o.probeAddr,
 		PprofBindAddress:              o.pprofAddr,

@@ -38,6 +38,9 @@ type Facts struct {
 	Retry, RetryBy string
 	// RetryAt is when the retry annotation was set, if known.
 	RetryAt *metav1.Time
+	// Unborn says the run is not recorded yet: the pass stops before a step that needs it
+	// (policy.Step.NeedsRun), and says so in Effects.NeedsRun.
+	Unborn bool
 }
 
 // Event is an event to record on the run and its target.
@@ -90,6 +93,9 @@ type Effects struct {
 	RequeueAfter time.Duration
 	// ClearRetry is the retry annotation's value the pass answered, to remove.
 	ClearRetry string
+	// NeedsRun says an unborn run's pass stopped before a step that needs the run recorded:
+	// record it and pass again at once.
+	NeedsRun bool
 }
 
 // Step defaults and limits.
@@ -213,7 +219,7 @@ func (p *pass) start() {
 	for _, s := range p.run.Spec.Pipeline.Steps {
 		st.Steps = append(st.Steps, v1alpha1.StepStatus{Name: s.Name, Phase: v1alpha1.StepPending})
 	}
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionComplete, Status: metav1.ConditionFalse,
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{LastTransitionTime: metav1.NewTime(p.now), Type: v1alpha1.ConditionComplete, Status: metav1.ConditionFalse,
 		Reason: string(v1alpha1.RunRunning), Message: "pipeline running", ObservedGeneration: p.run.Generation})
 }
 
@@ -233,7 +239,7 @@ func (p *pass) finish(phase v1alpha1.RunPhase, msg string) {
 	release := phase.Releases(p.run.Spec.Pipeline.FailurePolicy) && p.f.Rejected == nil
 	now := metav1.NewTime(p.now)
 	st.Phase, st.Message, st.CompletionTime = phase, msg, &now
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionComplete, Status: metav1.ConditionTrue,
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{LastTransitionTime: metav1.NewTime(p.now), Type: v1alpha1.ConditionComplete, Status: metav1.ConditionTrue,
 		Reason: string(phase), Message: msg, ObservedGeneration: p.run.Generation})
 	fin := p.run.Spec.Finalizer
 	switch {
@@ -278,7 +284,7 @@ func (p *pass) afterFinish() {
 
 // setFailed records why a run failed in its Failed condition.
 func (p *pass) setFailed(reason, msg string) {
-	meta.SetStatusCondition(&p.run.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionFailed, Status: metav1.ConditionTrue,
+	meta.SetStatusCondition(&p.run.Status.Conditions, metav1.Condition{LastTransitionTime: metav1.NewTime(p.now), Type: v1alpha1.ConditionFailed, Status: metav1.ConditionTrue,
 		Reason: reason, Message: msg, ObservedGeneration: p.run.Generation})
 }
 

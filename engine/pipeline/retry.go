@@ -106,9 +106,9 @@ func (p *pass) resume(from int, value string) {
 		d := metav1.NewMicroTime(p.now.Add(to.Duration))
 		st.Deadline = &d // the pipeline's bound starts again, or a timed-out run would fail at once
 	}
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionComplete, Status: metav1.ConditionFalse,
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{LastTransitionTime: metav1.NewTime(p.now), Type: v1alpha1.ConditionComplete, Status: metav1.ConditionFalse,
 		Reason: v1alpha1.ReasonRunRetried, Message: st.Message, ObservedGeneration: p.run.Generation})
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionFailed, Status: metav1.ConditionFalse,
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{LastTransitionTime: metav1.NewTime(p.now), Type: v1alpha1.ConditionFailed, Status: metav1.ConditionFalse,
 		Reason: v1alpha1.ReasonRunRetried, Message: "retried after: " + failure, ObservedGeneration: p.run.Generation})
 	p.note(false, v1alpha1.ReasonRetried, "Teardown retried by %s: resuming at step %s (it had failed: %s)", who, st.Steps[from].Name, failure)
 }

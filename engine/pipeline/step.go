@@ -35,6 +35,10 @@ func (p *pass) runSteps(ctx context.Context) (time.Duration, string) {
 			continue
 		}
 		p.run.Status.CurrentStep = step.Spec.Name
+		if p.f.Unborn && step.NeedsRun && ss.Phase == v1alpha1.StepPending {
+			p.out.NeedsRun = true
+			return 0, ""
+		}
 		after, done := p.runStep(ctx, step, ss)
 		if !done {
 			return after, ""

@@ -80,6 +80,9 @@ type Step struct {
 	Kind   string
 	When   *expr.Program
 	Action steps.Action
+	// NeedsRun is set when the step cannot start before its run is recorded (see
+	// steps.RunBinder, and readsRunUID).
+	NeedsRun bool
 }
 
 // Pipeline is a compiled pipeline.
@@ -309,6 +312,7 @@ func (c *Compiler) compilePipeline(spec *v1alpha1.Pipeline, namespace string, ta
 			continue
 		}
 		step.Kind = kind.Name()
+		step.NeedsRun = needsRun(kind, s)
 		action, kerrs := kind.Compile(cc, s, sp)
 		errs = append(errs, kerrs...)
 		step.Action = action

@@ -13,15 +13,15 @@ import (
 )
 
 // NewRun is the run of policy p for the deletion of an object of kind gvk, with the object's
-// snapshot (Snapshot). The operator creates it when the object's deletion begins; the CLI builds
+// snapshot (Snapshot). The operator builds it when the object's deletion begins and runs its first
+// pass before recording it (a run that goes on gets v1alpha1.FinalizerRun then); the CLI builds
 // the same run to plan and test a pipeline, so both run it alike.
 func (c *Compiled) NewRun(gvk schema.GroupVersionKind, obj metav1.Object, snapshot []byte) *v1alpha1.TeardownRun {
 	ns, name, uid := obj.GetNamespace(), obj.GetName(), obj.GetUID()
 	run := &v1alpha1.TeardownRun{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:       naming.RunName(c.Key.Kind, c.Key.Namespace, c.Key.Name, name, uid),
-			Namespace:  ns,
-			Finalizers: []string{v1alpha1.FinalizerRun},
+			Name:      naming.RunName(c.Key.Kind, c.Key.Namespace, c.Key.Name, name, uid),
+			Namespace: ns,
 			Labels: map[string]string{
 				v1alpha1.LabelPolicyKind:      c.Key.Kind,
 				v1alpha1.LabelPolicy:          naming.LabelValue(c.Key.Name),

@@ -75,6 +75,13 @@ func RunName(policyKind, policyNamespace, policyName, targetName string, targetU
 	return base + "-" + h
 }
 
+// DeletionID names one deletion of one target by one policy: the target's UID and a hash of the
+// policy. It exists before any TeardownRun does (a run may never be recorded), so it is what
+// side effects are keyed on, such as an http step's Idempotency-Key.
+func DeletionID(policyKind, policyNamespace, policyName string, targetUID types.UID) string {
+	return string(targetUID) + "-" + Hash(policyKind, policyNamespace, policyName)
+}
+
 // LabelValue makes s usable as a label value: unchanged when it fits, else shortened with a hash.
 func LabelValue(s string) string {
 	clean := strings.Map(func(r rune) rune {

@@ -80,7 +80,7 @@ func (a *action) Execute(ctx context.Context, in *steps.Input) steps.Result {
 		// Woken early (by a target change, say): the next poll is not due.
 		return steps.Result{Outcome: steps.InProgress, CheckAfter: st.next.Sub(in.Now), Message: in.Status.Message}
 	}
-	key := fmt.Sprintf("%s/%s/%d", in.Run.UID, a.step, st.requests)
+	key := fmt.Sprintf("%s/%s/%d", in.DeletionID(), a.step, st.requests)
 	cl := a.kind.calls.get(key)
 	if cl == nil {
 		req, fail := a.prepare(ctx, in)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/internal/expr"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -137,8 +138,15 @@ func (h *harness) noWake() {
 	}
 }
 
+// newRun is a run of policy p for the deletion of a target whose UID is uid.
 func newRun(uid string) *v1alpha1.TeardownRun {
-	return &v1alpha1.TeardownRun{ObjectMeta: metav1.ObjectMeta{Name: "run-" + uid, Namespace: "ns", UID: types.UID(uid)}}
+	return &v1alpha1.TeardownRun{
+		ObjectMeta: metav1.ObjectMeta{Name: "run-" + uid, Namespace: "ns", UID: types.UID("run-uid-" + uid)},
+		Spec: v1alpha1.TeardownRunSpec{
+			PolicyRef: v1alpha1.PolicyReference{Kind: "TeardownPolicy", Namespace: "ns", Name: "p"},
+			Target:    v1alpha1.TargetObjectReference{UID: types.UID(uid)},
+		},
+	}
 }
 
 // stepRun is one step of one run, with its status kept between executions as the engine does.
@@ -707,8 +715,11 @@ func TestIdempotencyKey(t *testing.T) {
 	if len(keys) != 6 {
 		t.Fatalf("server saw %d requests, want 6", len(keys))
 	}
-	want := IdempotencyKey("uid-a", "first", 0)
-	if want != "uid-a-first" {
+	// The key names the deletion (target UID and policy), not the TeardownRun: a run that is
+	// never recorded, or recorded after its first pass, sends the same key.
+	idA := naming.DeletionID("TeardownPolicy", "ns", "p", "uid-a")
+	want := IdempotencyKey(idA, "first", 0)
+	if want != "uid-a-"+naming.Hash("TeardownPolicy", "ns", "p")+"-first" {
 		t.Errorf("IdempotencyKey = %q", want)
 	}
 	for i := 0; i < 3; i++ {
@@ -716,10 +727,10 @@ func TestIdempotencyKey(t *testing.T) {
 			t.Errorf("request %d has key %q, want %q", i, keys[i], want)
 		}
 	}
-	if keys[3] == want || keys[3] != IdempotencyKey("uid-a", "second", 0) {
+	if keys[3] == want || keys[3] != IdempotencyKey(idA, "second", 0) {
 		t.Errorf("another step has key %q", keys[3])
 	}
-	if keys[4] == want || keys[4] != IdempotencyKey("uid-b", "first", 0) {
+	if keys[4] == want || keys[4] != IdempotencyKey(naming.DeletionID("TeardownPolicy", "ns", "p", "uid-b"), "first", 0) {
 		t.Errorf("another run has key %q", keys[4])
 	}
 	if keys[5] != "mine-db" {
@@ -730,8 +741,8 @@ func TestIdempotencyKey(t *testing.T) {
 	retried.Status.Retries = 2
 	wantResult(t, newStepRun(t, h.compile("first", false, spec), retried, false, nil).execNow(), steps.Failed, true)
 	seen := srv.seen()
-	if got := seen[len(seen)-1].header.Get(HeaderIdempotencyKey); got != "uid-a-first-r2" || got != IdempotencyKey("uid-a", "first", 2) {
-		t.Errorf("after 2 retries of the run, the key is %q, want uid-a-first-r2", got)
+	if got := seen[len(seen)-1].header.Get(HeaderIdempotencyKey); got != want+"-r2" || got != IdempotencyKey(idA, "first", 2) {
+		t.Errorf("after 2 retries of the run, the key is %q, want %s-r2", got, want)
 	}
 }
 

@@ -49,7 +49,7 @@ func (a *action) prepare(ctx context.Context, in *steps.Input) (*request, *steps
 		req.header.Set(h.name, v)
 	}
 	if req.header.Get(HeaderIdempotencyKey) == "" {
-		req.header.Set(HeaderIdempotencyKey, IdempotencyKey(string(in.Run.UID), a.step, in.Run.Status.Retries))
+		req.header.Set(HeaderIdempotencyKey, IdempotencyKey(in.DeletionID(), a.step, in.Run.Status.Retries))
 	}
 	if req.header.Get("User-Agent") == "" {
 		req.header.Set("User-Agent", a.kind.userAgent)
@@ -93,17 +93,18 @@ func withoutPassword(raw string) string {
 	return raw
 }
 
-// IdempotencyKey is the Idempotency-Key of every request of one step of one run: the same
-// across retries, polls and operator restarts.
+// IdempotencyKey is the Idempotency-Key of every request of one step for one deletion (see
+// steps.Input.DeletionID): the same across attempts, polls and operator restarts, and whether or
+// not a TeardownRun is recorded.
 //
 // A retry of the run asked for after a failure (teardown.dev/retry) gets a new key: the failure
 // was looked at and its cause fixed, and an API that stores its answer per key would otherwise
 // answer the new request with the stored failure.
-func IdempotencyKey(runUID, step string, retries int32) string {
+func IdempotencyKey(deletionID, step string, retries int32) string {
 	if retries > 0 {
-		return fmt.Sprintf("%s-%s-r%d", runUID, step, retries)
+		return fmt.Sprintf("%s-%s-r%d", deletionID, step, retries)
 	}
-	return runUID + "-" + step
+	return deletionID + "-" + step
 }
 
 func (a *action) readTLS(ctx context.Context, in *steps.Input) (*tlsMaterial, *steps.Result) {

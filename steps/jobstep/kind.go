@@ -80,6 +80,9 @@ func New(c client.Client, reader client.Reader, logs LogReader, terminating func
 // Name implements steps.Kind.
 func (*Kind) Name() string { return "job" }
 
+// BindsRun implements steps.RunBinder: a step's Job is owned by its run, which must exist.
+func (*Kind) BindsRun() bool { return true }
+
 // JobType is the type of job in successCondition: a batch/v1 Job, so that a misspelt field is
 // refused when the policy is compiled.
 var JobType = expr.TypeOf(reflect.TypeFor[batchv1.Job](), "batch.v1.Job")

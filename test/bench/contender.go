@@ -21,8 +21,11 @@ const (
 	contenderRaw = "raw"
 	// contenderPeer is a controller written by hand in the textbook pattern (test/bench/peer).
 	contenderPeer = "peer"
-	// contenderOperator is teardown-operator, at its defaults.
+	// contenderOperator is teardown-operator, at its defaults (a TeardownRun for every deletion).
 	contenderOperator = "operator"
+	// contenderOnFailure is teardown-operator with a policy that records runs only when they do
+	// not succeed at once (spec.runHistory OnFailure).
+	contenderOnFailure = "operator-onfailure"
 )
 
 // rawFinalizer is the finalizer the raw contender's objects are created with.
@@ -33,24 +36,32 @@ type contender struct {
 	name string
 	// start runs the contender's process; nil for the raw floor.
 	start func(o options, kubeconfig string, modeArgs []string) (*process, error)
+	// policy is the teardown-operator policy's runHistory; nil for the others.
+	policy *v1alpha1.RunHistory
 	// arm makes the contender protect the namespace's app=bench ConfigMaps.
-	arm func(ctx context.Context, c client.Client, ns string, step v1alpha1.Step) error
+	arm func(ctx context.Context, c client.Client, ns string, steps []v1alpha1.Step) error
 	// protected counts the objects it protects.
 	protected func(ctx context.Context, c client.Client, ns string) (int, error)
 }
 
 func contenders() map[string]contender {
+	none := func(context.Context, client.Client, string, []v1alpha1.Step) error { return nil }
 	return map[string]contender{
-		contenderRaw: {name: contenderRaw, arm: func(context.Context, client.Client, string, v1alpha1.Step) error { return nil },
-			protected: finalizedBy(rawFinalizer)},
-		contenderPeer: {name: contenderPeer, start: startPeer, arm: func(context.Context, client.Client, string, v1alpha1.Step) error { return nil },
-			protected: finalizedBy("peer.example.com/cleanup")},
-		contenderOperator: {name: contenderOperator, start: startOperator, arm: armOperator, protected: operatorProtected},
+		contenderRaw:       {name: contenderRaw, arm: none, protected: finalizedBy(rawFinalizer)},
+		contenderPeer:      {name: contenderPeer, start: startPeer, arm: none, protected: finalizedBy("peer.example.com/cleanup")},
+		contenderOperator:  operatorContender(contenderOperator, v1alpha1.RunHistoryAlways),
+		contenderOnFailure: operatorContender(contenderOnFailure, v1alpha1.RunHistoryOnFailure),
 	}
 }
 
-func armOperator(ctx context.Context, c client.Client, ns string, step v1alpha1.Step) error {
-	return c.Create(ctx, framework.NamespacedPolicy(ns, "bench", step))
+// operatorContender is teardown-operator with a policy keeping the given run history.
+func operatorContender(name string, history v1alpha1.RunHistory) contender {
+	return contender{name: name, start: startOperator, policy: &history, protected: operatorProtected,
+		arm: func(ctx context.Context, c client.Client, ns string, steps []v1alpha1.Step) error {
+			p := framework.NamespacedPolicy(ns, "bench", steps...)
+			p.Spec.RunHistory = history
+			return c.Create(ctx, p)
+		}}
 }
 
 func operatorProtected(ctx context.Context, c client.Client, ns string) (int, error) {
@@ -108,11 +119,11 @@ func compare(o options, results []result) {
 			peer = &results[i]
 		}
 	}
-	fmt.Printf("\nside by side: %d targets, one wait step (duration 0); ratios are to the hand-written controller (peer)\n", o.n)
-	fmt.Printf("  %-10s %14s %10s %10s %8s %8s %11s %11s\n", "contender", "objects/s", "p50", "p99", "writes", "reads", "peak RSS", "protect")
+	fmt.Printf("\nside by side: %d targets, %s; ratios are to the hand-written controller (peer)\n", o.n, describeSteps(o.step))
+	fmt.Printf("  %-18s %14s %10s %10s %8s %8s %11s %11s\n", "contender", "objects/s", "p50", "p99", "writes", "reads", "peak RSS", "protect")
 	for _, r := range results {
 		rate := float64(o.n) / r.total.Seconds()
-		line := fmt.Sprintf("  %-10s %8.0f", r.contender, rate)
+		line := fmt.Sprintf("  %-18s %8.0f", r.contender, rate)
 		if peer != nil {
 			line += fmt.Sprintf(" %4.2fx", rate/(float64(o.n)/peer.total.Seconds()))
 		}
@@ -122,4 +133,15 @@ func compare(o options, results []result) {
 		}
 		fmt.Printf("%s %10s %10s %8.2f %8.2f %11s %11s\n", line, r.p50, r.p99, r.writes, r.reads, peak, r.protect.Round(time.Millisecond))
 	}
+}
+
+// describeSteps says in words what the benchmark policy's steps are.
+func describeSteps(step string) string {
+	switch step {
+	case stepHTTP:
+		return "one http step"
+	case stepPipeline:
+		return "three steps (wait 0s, http, wait 0s)"
+	}
+	return "one wait step (duration 0)"
 }

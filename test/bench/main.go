@@ -24,10 +24,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 type options struct {
@@ -43,9 +45,11 @@ type options struct {
 	httpDelay   time.Duration
 	contenders  string
 	profile     time.Duration
+	namespace   bool
 }
 
 func main() {
+	ctrllog.SetLogger(logr.Discard()) // the benchmark's clients have nothing to log
 	var o options
 	flag.IntVar(&o.n, "n", 1000, "targets to protect and delete")
 	flag.IntVar(&o.parallel, "parallel", 32, "concurrent create and delete requests from the benchmark")
@@ -55,22 +59,44 @@ func main() {
 	flag.StringVar(&o.operatorBin, "operator", "bin/teardown-operator", "operator binary (make build)")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
 	flag.StringVar(&o.extraArgs, "operator-args", "", "extra operator flags, space-separated (the default is none: production defaults)")
-	flag.StringVar(&o.step, "step", "wait", "the policy's one step: wait (duration 0) or http (a POST to a local server)")
+	flag.StringVar(&o.step, "step", stepWait, "the policy's steps: wait (one, duration 0), http (one, a POST to a local server) or pipeline (wait 0s, http, wait 0s)")
 	flag.DurationVar(&o.httpDelay, "http-delay", 0, "with -step http, how long the local server waits before it answers")
 	flag.DurationVar(&o.profile, "profile", 0, "profile the operator's CPU for this long from the first delete, and its allocations, through --pprof-bind-address (bin/bench-operator.*.pprof)")
-	flag.StringVar(&o.contenders, "contenders", "raw,peer,operator", "who protects the targets, each on a fresh cluster: raw (the benchmark releases them itself), peer (a hand-written controller), operator")
+	flag.StringVar(&o.contenders, "contenders", "raw,peer,operator,operator-onfailure", "who protects the targets, each on a fresh cluster: raw (the benchmark releases them itself), peer (a hand-written controller), operator (runHistory Always, the default), operator-onfailure (runHistory OnFailure)")
+	flag.BoolVar(&o.namespace, "namespace", false, "delete the targets' namespace instead of each target, and time until the namespace is gone")
 	flag.Parse()
-	if o.step != "wait" && o.step != "http" {
-		fmt.Fprintf(os.Stderr, "bench: -step must be wait or http, not %q\n", o.step)
+	if o.step != stepWait && o.step != stepHTTP && o.step != stepPipeline {
+		fmt.Fprintf(os.Stderr, "bench: -step must be wait, http or pipeline, not %q\n", o.step)
 		os.Exit(2)
 	}
-	if o.step == "http" {
-		o.contenders = contenderOperator // only the operator has http steps
+	if o.namespace && !flagSet("contenders") {
+		o.contenders = "peer,operator,operator-onfailure" // nobody would release the raw floor's objects
+	}
+	if o.namespace && strings.Contains(o.contenders, contenderRaw) {
+		fmt.Fprintln(os.Stderr, "bench: -namespace: the raw floor releases its objects itself, one by one; leave it out of -contenders")
+		os.Exit(2)
+	}
+	if o.step != stepWait && !flagSet("contenders") {
+		o.contenders = contenderOperator + "," + contenderOnFailure // only the operator has http steps
 	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// The benchmark policy's steps (-step).
+const (
+	stepWait     = "wait"
+	stepHTTP     = "http"
+	stepPipeline = "pipeline"
+)
+
+// flagSet reports whether the command line set the flag.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // result is what one contender's run measured.
@@ -80,7 +106,9 @@ type result struct {
 	p50, p99       time.Duration
 	writes, reads  float64 // per object
 	rssIdle, peak  int64   // -1: no process (the raw floor)
+	rssRetained    int64   // RSS with n protected objects and every finished run retained
 	cpu            time.Duration
+	machineBusy    float64 // the share of all cores busy during the teardown
 }
 
 func run(o options) error {
@@ -88,7 +116,7 @@ func run(o options) error {
 	for _, name := range strings.Split(o.contenders, ",") {
 		c, ok := contenders()[strings.TrimSpace(name)]
 		if !ok {
-			return fmt.Errorf("-contenders: no contender %q (raw, peer, operator)", name)
+			return fmt.Errorf("-contenders: no contender %q (raw, peer, operator, operator-onfailure)", name)
 		}
 		fmt.Printf("\n=== %s ===\n", c.name)
 		r, err := runOne(o, c)

@@ -81,3 +81,23 @@ func procStatus(pid int, field string) int64 {
 	}
 	return -1
 }
+
+// machineCPU returns the time all cores have spent busy and in total so far, from /proc/stat.
+func machineCPU() (busy, total time.Duration) {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	fields := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	const clockTicks = 100
+	for i, f := range fields[1:] {
+		v, _ := strconv.ParseInt(f, 10, 64)
+		d := time.Duration(v) * time.Second / clockTicks
+		total += d
+		if i != 3 && i != 4 { // idle, iowait
+			busy += d
+		}
+	}
+	return busy, total
+}

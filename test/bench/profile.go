@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 // profiler captures the operator's CPU profile during a teardown, and its allocations, from its
@@ -16,13 +18,23 @@ import (
 type profiler struct {
 	addr, dir string
 	done      chan error
+	apiserver chan error
 }
 
-// startProfile begins a CPU profile of d; wait collects it.
-func startProfile(ctx context.Context, addr, dir string, d time.Duration) *profiler {
-	p := &profiler{addr: addr, dir: dir, done: make(chan error, 1)}
+// startProfile begins a CPU profile of d of the operator and of the API server; report collects
+// them.
+func startProfile(ctx context.Context, cs kubernetes.Interface, addr, dir string, d time.Duration) *profiler {
+	p := &profiler{addr: addr, dir: dir, done: make(chan error, 1), apiserver: make(chan error, 1)}
 	go func() {
 		p.done <- fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())), filepath.Join(dir, "bench-operator.cpu.pprof"))
+	}()
+	go func() {
+		raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", fmt.Sprint(int(d.Seconds()))).
+			Timeout(d + time.Minute).DoRaw(ctx)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, "bench-apiserver.cpu.pprof"), raw, 0o644)
+		}
+		p.apiserver <- err
 	}()
 	return p
 }
@@ -32,12 +44,16 @@ func (p *profiler) report(ctx context.Context) error {
 	if err := <-p.done; err != nil {
 		return fmt.Errorf("CPU profile: %w", err)
 	}
+	if err := <-p.apiserver; err != nil {
+		return fmt.Errorf("API server CPU profile: %w", err)
+	}
 	heap := filepath.Join(p.dir, "bench-operator.heap.pprof")
 	if err := fetch(ctx, "http://"+p.addr+"/debug/pprof/heap", heap); err != nil {
 		return fmt.Errorf("heap profile: %w", err)
 	}
 	for _, view := range []struct{ title, file, sample string }{
 		{"CPU during the teardown (cumulative)", "bench-operator.cpu.pprof", ""},
+		{"the API server's CPU during the teardown (cumulative)", "bench-apiserver.cpu.pprof", ""},
 		{"allocated since start, by function (cumulative)", "bench-operator.heap.pprof", "-sample_index=alloc_space"},
 	} {
 		args := []string{"tool", "pprof", "-top", "-cum", "-nodecount=30"}

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -59,19 +60,22 @@ func runOne(o options, con contender) (*result, error) {
 	if err := b.connect(ctx); err != nil {
 		return nil, err
 	}
-	step, err := b.startContender()
+	steps, err := b.startContender()
 	if err != nil {
 		return nil, err
 	}
 	defer b.stop()
-	r := &result{contender: con.name, rssIdle: -1, peak: -1}
-	if r.protect, err = b.protect(ctx, step); err != nil {
+	r := &result{contender: con.name, rssIdle: -1, peak: -1, rssRetained: -1}
+	if r.protect, err = b.protect(ctx, steps); err != nil {
 		return nil, err
 	}
 	if b.proc != nil {
 		r.rssIdle = b.proc.rss()
 	}
-	return r, b.teardown(ctx, r)
+	if err := b.teardown(ctx, r); err != nil {
+		return nil, err
+	}
+	return r, b.protectAgain(ctx, r)
 }
 
 func (b *bench) connect(ctx context.Context) error {
@@ -96,34 +100,37 @@ func (b *bench) connect(ctx context.Context) error {
 	return client.IgnoreAlreadyExists(b.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "teardown-system"}}))
 }
 
-// startContender starts the contender's process and returns the policy's step.
-func (b *bench) startContender() (v1alpha1.Step, error) {
-	step := framework.WaitStep("noop", 0)
+// startContender starts the contender's process and returns the policy's steps.
+func (b *bench) startContender() ([]v1alpha1.Step, error) {
+	steps := []v1alpha1.Step{framework.WaitStep("noop", 0)}
 	var modeArgs []string
-	if b.o.step == "http" {
+	if b.o.step != stepWait {
 		var err error
 		if b.ep, err = startEndpoint(b.o.httpDelay); err != nil {
-			return step, err
+			return nil, err
 		}
 		if b.metrics, err = freeAddr(); err != nil {
-			return step, err
+			return nil, err
 		}
 		modeArgs = []string{"--metrics-bind-address=" + b.metrics, "--http-allowed-destinations=" + b.ep.addr()}
-		step = httpStep(b.ep.addr())
+		steps = []v1alpha1.Step{httpStep(b.ep.addr())}
+		if b.o.step == stepPipeline {
+			steps = []v1alpha1.Step{framework.WaitStep("before", 0), httpStep(b.ep.addr()), framework.WaitStep("after", 0)}
+		}
 		fmt.Printf("http endpoint %s, operator metrics %s\n", b.ep.addr(), b.metrics)
 	}
 	if b.contender.start == nil {
-		return step, nil
+		return steps, nil
 	}
 	var err error
-	if b.o.profile > 0 && b.contender.name == contenderOperator {
+	if b.o.profile > 0 && b.contender.policy != nil {
 		if b.pprof, err = freeAddr(); err != nil {
-			return step, err
+			return nil, err
 		}
 		modeArgs = append(modeArgs, "--pprof-bind-address="+b.pprof)
 	}
 	b.proc, err = b.contender.start(b.o, b.kubeconfig, modeArgs)
-	return step, err
+	return steps, err
 }
 
 func (b *bench) stop() {
@@ -136,30 +143,37 @@ func (b *bench) stop() {
 }
 
 // protect creates the targets and waits until the contender protects them all.
-func (b *bench) protect(ctx context.Context, step v1alpha1.Step) (time.Duration, error) {
+func (b *bench) protect(ctx context.Context, steps []v1alpha1.Step) (time.Duration, error) {
 	b.ns = fmt.Sprintf("bench-%d", time.Now().Unix())
 	if err := b.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: b.ns}}); err != nil {
 		return 0, err
 	}
-	if err := b.contender.arm(ctx, b.c, b.ns, step); err != nil {
+	if err := b.contender.arm(ctx, b.c, b.ns, steps); err != nil {
 		return 0, err
 	}
 	fmt.Printf("creating %d ConfigMaps in %s\n", b.o.n, b.ns)
 	start := time.Now()
+	err := b.createProtected(ctx, 0)
+	return time.Since(start), err
+}
+
+// createProtected creates n targets numbered from first, and waits until the contender protects
+// n objects.
+func (b *bench) createProtected(ctx context.Context, first int) error {
 	if err := forEach(ctx, b.o.n, b.o.parallel, func(i int) error {
-		return b.c.Create(ctx, newTarget(b.contender.name, b.ns, i))
+		return b.c.Create(ctx, newTarget(b.contender.name, b.ns, first+i))
 	}); err != nil {
-		return 0, fmt.Errorf("creating ConfigMaps: %w", err)
+		return fmt.Errorf("creating ConfigMaps: %w", err)
 	}
 	have := 0
-	if err := waitFor(ctx, 5*time.Minute, func() (bool, error) {
+	if err := waitFor(ctx, 10*time.Minute, func() (bool, error) {
 		var err error
 		have, err = b.contender.protected(ctx, b.c, b.ns)
 		return have == b.o.n, err
 	}); err != nil {
-		return 0, fmt.Errorf("waiting for %d protected objects (have %d): %w", b.o.n, have, err)
+		return fmt.Errorf("waiting for %d protected objects (have %d): %w", b.o.n, have, err)
 	}
-	return time.Since(start), nil
+	return nil
 }
 
 // deleteTarget deletes target i; the raw floor then releases it itself.
@@ -169,6 +183,29 @@ func (b *bench) deleteTarget(ctx context.Context, i int) error {
 		return err
 	}
 	return b.c.Patch(ctx, cm, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+}
+
+// deleteAll deletes every target at once, or their namespace with -namespace, noting when.
+func (b *bench) deleteAll(ctx context.Context, deletedAt []time.Time) error {
+	if b.o.namespace {
+		now := time.Now()
+		for i := range deletedAt {
+			deletedAt[i] = now
+		}
+		return b.c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: b.ns}})
+	}
+	return forEach(ctx, b.o.n, b.o.parallel, func(i int) error {
+		deletedAt[i] = time.Now()
+		return b.deleteTarget(ctx, i)
+	})
+}
+
+// waitNamespaceGone waits until the deleted namespace is gone.
+func (b *bench) waitNamespaceGone(ctx context.Context) error {
+	return waitFor(ctx, b.o.timeout, func() (bool, error) {
+		err := b.c.Get(ctx, client.ObjectKey{Name: b.ns}, &corev1.Namespace{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
 }
 
 // teardown deletes every target at once and measures until the last is gone.
@@ -189,14 +226,12 @@ func (b *bench) teardown(ctx context.Context, r *result) error {
 	}
 	var prof *profiler
 	if b.pprof != "" {
-		prof = startProfile(ctx, b.pprof, filepath.Join(b.o.root, "bin"), b.o.profile)
+		prof = startProfile(ctx, b.cs, b.pprof, filepath.Join(b.o.root, "bin"), b.o.profile)
 	}
 	deletedAt := make([]time.Time, b.o.n)
+	busyBefore, totalBefore := machineCPU()
 	start := time.Now()
-	if err := forEach(ctx, b.o.n, b.o.parallel, func(i int) error {
-		deletedAt[i] = time.Now()
-		return b.deleteTarget(ctx, i)
-	}); err != nil {
+	if err := b.deleteAll(ctx, deletedAt); err != nil {
 		diagnose(b.o, b.c, b.ns, gone.snapshot(), b.ep, b.metrics)
 		return fmt.Errorf("deleting ConfigMaps: %w", err)
 	}
@@ -208,8 +243,15 @@ func (b *bench) teardown(ctx context.Context, r *result) error {
 		diagnose(b.o, b.c, b.ns, snap, b.ep, b.metrics)
 		return fmt.Errorf("waiting for %d targets to be gone (%d seen gone): %w", b.o.n, countTargets(snap), err)
 	}
-	r.total = time.Since(start)
 	gone.stop() // every target is gone: nothing more to watch for
+	if b.o.namespace {
+		if err := b.waitNamespaceGone(ctx); err != nil {
+			return err
+		}
+	}
+	r.total = time.Since(start)
+	busy, total := machineCPU()
+	r.machineBusy = float64(busy-busyBefore) / float64(total-totalBefore)
 	reportRestarts(gone, start)
 	if b.proc != nil {
 		r.cpu = b.proc.cpu() - cpuBefore
@@ -238,7 +280,9 @@ func (b *bench) measure(ctx context.Context, r *result, before map[string]int, d
 	slices.Sort(lat)
 	r.p50, r.p99 = pct(lat, 50), pct(lat, 99)
 	writes := diff(after, before)
-	writes["DELETE configmaps"] -= b.o.n // the benchmark's own deletes
+	if !b.o.namespace {
+		writes["DELETE configmaps"] -= b.o.n // the benchmark's own deletes
+	}
 	if b.contender.name == contenderRaw {
 		writes["PATCH configmaps"] -= b.o.n // the floor's own releases: the benchmark's too
 	}
@@ -258,7 +302,7 @@ func (b *bench) measure(ctx context.Context, r *result, before map[string]int, d
 		r.peak = b.proc.peak()
 	}
 	b.print(r, lat, writes)
-	if b.o.step == "http" {
+	if b.o.step != stepWait {
 		return httpReport(ctx, b.o, b.ep, b.metrics, b.proc.log.Name(), deletedAt, goneAt)
 	}
 	return nil
@@ -266,8 +310,10 @@ func (b *bench) measure(ctx context.Context, r *result, before map[string]int, d
 
 func (b *bench) print(r *result, lat []time.Duration, writes map[string]int) {
 	switch {
-	case b.o.step == "http":
-		fmt.Printf("\nteardown benchmark: %d targets, one http step (POST to a local server answering after %s), operator defaults + --http-allowed-destinations\n", b.o.n, b.o.httpDelay)
+	case b.o.step == stepHTTP:
+		fmt.Printf("\nteardown benchmark, %s: %d targets, one http step (POST to a local server answering after %s), operator defaults + --http-allowed-destinations\n", r.contender, b.o.n, b.o.httpDelay)
+	case b.o.step == stepPipeline:
+		fmt.Printf("\nteardown benchmark, %s: %d targets, three steps (wait 0s, http POST to a local server answering after %s, wait 0s), operator defaults + --http-allowed-destinations\n", r.contender, b.o.n, b.o.httpDelay)
 	default:
 		fmt.Printf("\nteardown benchmark, %s: %d targets, one wait step (duration 0), defaults\n", r.contender, b.o.n)
 	}
@@ -287,6 +333,9 @@ func (b *bench) print(r *result, lat []time.Duration, writes map[string]int) {
 		fmt.Printf("  memory: RSS before deletes %s, peak RSS (VmHWM) %s\n", mib(r.rssIdle), mib(r.peak))
 		fmt.Printf("  CPU during teardown: %.1f s (of %.1f s wall, on %d cores shared with the control plane)\n",
 			r.cpu.Seconds(), r.total.Seconds(), runtime.NumCPU())
+	}
+	if r.machineBusy > 0 {
+		fmt.Printf("  machine CPU busy during teardown (every process): %.0f%%\n", 100*r.machineBusy)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
 	"github.com/teardown-dev/teardown-operator/steps/httpstep"
 	"github.com/teardown-dev/teardown-operator/test/framework"
 )
@@ -198,7 +199,7 @@ var _ = Describe("HTTP steps", func() {
 			Expect(r.Header.Get("Authorization")).To(Equal(dbToken), "request %d", i)
 			Expect(r.Header.Values("Cookie")).To(BeEmpty())
 			key := r.Header.Get(httpstep.HeaderIdempotencyKey)
-			Expect(key).To(Equal(httpstep.IdempotencyKey(string(run.UID), steps[i], 0)), "request %d", i)
+			Expect(key).To(Equal(httpstep.IdempotencyKey(deletionID(run), steps[i], 0)), "request %d", i)
 			keys[steps[i]] = key
 		}
 		Expect(keys).To(HaveLen(4), "one key per step, the same for every poll")
@@ -474,3 +475,9 @@ var _ = Describe("HTTP steps", func() {
 		Expect(stepOf(ctx, cm, "call").Message).To(ContainSubstring("202 Accepted"))
 	})
 })
+
+// deletionID is what a run's side effects are keyed on: its target's UID and its policy.
+func deletionID(run *v1alpha1.TeardownRun) string {
+	ref := run.Spec.PolicyRef
+	return naming.DeletionID(ref.Kind, ref.Namespace, ref.Name, run.Spec.Target.UID)
+}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine"
 	"github.com/teardown-dev/teardown-operator/internal/naming"
 	"github.com/teardown-dev/teardown-operator/steps/jobstep"
 	"github.com/teardown-dev/teardown-operator/test/framework"
@@ -87,13 +88,18 @@ func stepState(ctx context.Context, target client.Object, step string) func() ma
 	}
 }
 
-// updateStatus re-reads obj, applies mutate and writes its status, retrying on conflicts.
+// updateStatus re-reads obj, applies mutate and writes its status, retrying on conflicts. A
+// run's status is written as the operator writes it: TeardownRun has no status subresource, and
+// the operator trusts no other field manager with a run's status.
 func updateStatus[T client.Object](ctx context.Context, obj T, mutate func(T)) {
 	Eventually(func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 			return err
 		}
 		mutate(obj)
+		if _, isRun := any(obj).(*v1alpha1.TeardownRun); isRun {
+			return k8s.Update(ctx, obj, client.FieldOwner(engine.FieldManager))
+		}
 		return k8s.Status().Update(ctx, obj)
 	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
 }

@@ -97,6 +97,6 @@ func expectDatabaseCalls(ns string, run *v1alpha1.TeardownRun) {
 	steps := []string{"maintenance", "snapshot", "await-snapshot", "await-snapshot", "deprovision"}
 	for i, r := range reqs {
 		Expect(r.Header.Get("Authorization")).To(Equal(dbToken), "request %d", i)
-		Expect(r.Header.Get(httpstep.HeaderIdempotencyKey)).To(Equal(httpstep.IdempotencyKey(string(run.UID), steps[i], 0)), "request %d", i)
+		Expect(r.Header.Get(httpstep.HeaderIdempotencyKey)).To(Equal(httpstep.IdempotencyKey(deletionID(run), steps[i], 0)), "request %d", i)
 	}
 }

@@ -113,7 +113,7 @@ func startOperatorWith(edit func(*engine.Options)) func() {
 	edit(&opts)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
-		Cache:                  builtin.CacheOptions(),
+		Cache:                  engine.CacheOptions(builtin.CacheOptions()),
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},

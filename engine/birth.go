@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/pipeline"
+	"github.com/teardown-dev/teardown-operator/engine/policy"
+)
+
+// birth runs a new run's first pass before the run is recorded, then records it in one create,
+// status included, and releases the target if the pass ended the teardown. A pipeline that ends
+// at once so costs two writes (the run, the release) instead of four; with spec.runHistory
+// OnFailure, one that succeeds at once costs the release alone. A crash after the pass and before
+// its record repeats the pass: its side effects are keyed on the deletion, not on the run (an
+// http step's Idempotency-Key), and a step that needs the run recorded (a Job step) stops the
+// pass before it starts.
+func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c *policy.Compiled, tkey TargetKey, target *metav1.PartialObjectMetadata) error {
+	p := &pass{orig: run.DeepCopy(), run: run, tkey: tkey, target: target, pipe: c.Pipeline}
+	facts := pipeline.Facts{Now: time.Now(), Pipeline: c.Pipeline, Unborn: true, BreakGlass: r.breakGlass(run, target)}
+	p.out = pipeline.Advance(ctx, run, facts)
+	phase := run.Status.Phase
+	if !phase.Finished() {
+		controllerutil.AddFinalizer(run, v1alpha1.FinalizerRun)
+	}
+	recorded := c.RecordsEveryRun() || !cleanSuccess(run)
+	if recorded {
+		if created, err := r.record(ctx, run); err != nil || !created {
+			return err
+		}
+	}
+	switch {
+	case !recorded:
+		unrecordedEvents(p, c)
+	case phase == v1alpha1.RunSucceeded:
+		// The object goes at once and the run's status tells it all: one event, on the object,
+		// naming the run.
+		p.eventsOn = eventsOnTarget
+		for i := range p.out.Events {
+			p.out.Events[i].Note += fmt.Sprintf(" (TeardownRun %s/%s)", run.Namespace, run.Name)
+		}
+	}
+	if phase.Finished() && phase.Releases(c.Pipeline.FailurePolicy) {
+		// Released after the record is written, as any run: a crash in between leaves a
+		// finished run whose controller completes the release (completeRelease).
+		if err := r.releaseTarget(ctx, run); err != nil {
+			return err
+		}
+	}
+	res := reconcile.Result{RequeueAfter: p.out.RequeueAfter}
+	r.apply(ctx, p, &res)
+	if !phase.Finished() {
+		r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
+	}
+	return nil
+}
+
+// record creates the run with the status of its first pass. In a namespace being deleted,
+// where nothing can be created, it goes to the run namespace. It reports false when the run
+// was there already (the pass was a repeat, after a crash or a stale cache): that run goes on.
+func (r *runReconciler) record(ctx context.Context, run *v1alpha1.TeardownRun) (bool, error) {
+	err := r.client.Create(ctx, run)
+	if apierrors.HasStatusCause(err, "NamespaceTerminating") && run.Namespace != r.runNamespace {
+		run.Namespace = r.runNamespace
+		run.ResourceVersion = ""
+		err = r.client.Create(ctx, run)
+	}
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("recording run %s/%s: %w", run.Namespace, run.Name, err)
+	}
+	r.written.set(client.ObjectKeyFromObject(run), run.ResourceVersion)
+	return true, nil
+}
+
+// unrecordedEvents sends a pass whose run is not kept (runHistory OnFailure, succeeded at once) to
+// its policy, as one event that the events library folds, with every such teardown of the
+// policy, into a series: its count is how many objects were so released. Each is also logged.
+func unrecordedEvents(p *pass, c *policy.Compiled) {
+	ref := metaRef(v1alpha1.GroupVersion.WithKind(c.Key.Kind), c.Key.Namespace, c.Key.Name)
+	ref.SetUID(c.UID)
+	p.policyRef, p.eventsOn = ref, eventsOnPolicy
+	t := p.run.Spec.Target
+	p.out.Events = []pipeline.Event{{Reason: v1alpha1.ReasonSucceeded, Action: "ReleasedWithoutRun",
+		Note: fmt.Sprintf("Objects whose teardown succeeds at once are released without a TeardownRun (runHistory OnFailure); this series counts them. The first: %s",
+			targetName(t))}}
+}
+
+// cleanSuccess reports whether a run succeeded with no step failed (onFailure Continue lets a
+// pipeline succeed past a failed step: runHistory OnFailure records that one).
+func cleanSuccess(run *v1alpha1.TeardownRun) bool {
+	if run.Status.Phase != v1alpha1.RunSucceeded {
+		return false
+	}
+	for _, ss := range run.Status.Steps {
+		if ss.Phase == v1alpha1.StepFailed {
+			return false
+		}
+	}
+	return true
+}

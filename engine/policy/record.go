@@ -1,0 +1,47 @@
+package policy
+
+import (
+	"encoding/json"
+	"regexp"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/steps"
+)
+
+// needsRun reports whether step cannot start before its run is recorded: its kind needs the run
+// (steps.RunBinder), or its expressions may read run.uid, which only a recorded run has.
+func needsRun(kind steps.Kind, step *v1alpha1.Step) bool {
+	if b, ok := kind.(steps.RunBinder); ok && b.BindsRun() {
+		return true
+	}
+	return readsRunUID(step)
+}
+
+// runRef finds the variable run and the field read of it, if any.
+var runRef = regexp.MustCompile(`\brun\b(\s*\.\s*([A-Za-z_]\w*))?`)
+
+// readsRunUID reports whether any of step's fields may read run.uid. It looks at the text, not
+// the expressions: a word "run" anywhere but before .name, .namespace, .attempt or .step counts,
+// so it may be wrong only on the safe side (the step then waits for its run to be recorded).
+func readsRunUID(step *v1alpha1.Step) bool {
+	named := *step
+	named.Name = "" // a step named run-export reads nothing
+	raw, err := json.Marshal(&named)
+	if err != nil {
+		return true
+	}
+	for _, m := range runRef.FindAllSubmatch(raw, -1) {
+		switch string(m[2]) {
+		case "name", "namespace", "attempt", "step":
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// RecordsEveryRun reports whether every deletion leaves a TeardownRun (spec.runHistory Always,
+// the default), rather than only those that do not succeed in their first pass.
+func (c *Compiled) RecordsEveryRun() bool {
+	return c.Spec == nil || c.Spec.RunHistory != v1alpha1.RunHistoryOnFailure
+}

@@ -1,0 +1,56 @@
+package engine
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+)
+
+// CacheOptions returns opts with what the engine asks of the manager's cache: runs are cached
+// trimmed (see trimRun). Without it the engine works the same, in more memory.
+func CacheOptions(opts cache.Options) cache.Options {
+	by := make(map[client.Object]cache.ByObject, len(opts.ByObject)+1)
+	for obj, o := range opts.ByObject {
+		by[obj] = o
+	}
+	by[&v1alpha1.TeardownRun{}] = cache.ByObject{Transform: trimRun}
+	opts.ByObject = by
+	return opts
+}
+
+// trimmedInCache marks a cached run whose pipeline, snapshot and step details were dropped. It
+// exists only in the cache: such a copy is never written back (writes are patches of what
+// changed), and a reconcile that needs the whole run reads it from the API server (readRun).
+const trimmedInCache = "teardown.dev/trimmed-in-cache"
+
+// trimRun drops from a cached run what nothing reads from the cache. Managed fields go, unless
+// they say something the engine checks: a status field written by another manager (trusted) or
+// who asked for a retry. A finished run that released its target keeps only what cleanup,
+// retention and the policy counts read: it is a record for users, who read it from the API server,
+// and may stay cached for the whole retention period.
+func trimRun(obj any) (any, error) {
+	run, ok := obj.(*v1alpha1.TeardownRun)
+	if !ok {
+		return obj, nil
+	}
+	retry := run.Annotations[v1alpha1.AnnotationRetry] != ""
+	if !retry && foreignStatusWriter(run) == "" {
+		run.ManagedFields = nil
+	}
+	phase := run.Status.Phase
+	if retry || !phase.Finished() || !phase.Releases(run.Spec.Pipeline.FailurePolicy) {
+		return run, nil
+	}
+	run.Spec.Object = runtime.RawExtension{}
+	run.Spec.Pipeline.Steps = nil
+	run.Status.Steps = nil
+	run.Status.Conditions = nil
+	run.Status.LastRetry = nil
+	if run.Annotations == nil {
+		run.Annotations = map[string]string{}
+	}
+	run.Annotations[trimmedInCache] = "true"
+	return run, nil
+}

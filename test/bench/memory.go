@@ -1,0 +1,36 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+)
+
+// protectAgain measures memory with every finished run retained: after the teardown it creates
+// as many new targets again and waits until they are protected, then reads the contender's RSS
+// and its peak over the whole benchmark.
+func (b *bench) protectAgain(ctx context.Context, r *result) error {
+	if b.proc == nil || b.o.namespace {
+		return nil
+	}
+	retained := 0
+	if b.contender.policy != nil {
+		var runs v1alpha1.TeardownRunList
+		if err := b.c.List(ctx, &runs, client.InNamespace(b.ns)); err != nil {
+			return err
+		}
+		retained = len(runs.Items)
+	}
+	if err := b.createProtected(ctx, b.o.n); err != nil {
+		return fmt.Errorf("protecting objects again: %w", err)
+	}
+	time.Sleep(2 * time.Second) // let the recount and the caches settle
+	r.rssRetained, r.peak = b.proc.rss(), b.proc.peak()
+	fmt.Printf("  memory with %d protected objects and %d retained runs: RSS %s, peak RSS over the benchmark %s\n",
+		b.o.n, retained, mib(r.rssRetained), mib(r.peak))
+	return nil
+}

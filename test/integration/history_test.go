@@ -1,0 +1,124 @@
+package integration
+
+import (
+	"context"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine"
+)
+
+var _ = Describe("Run history", func() {
+	ctx := context.Background()
+
+	It("records a pipeline that ends at once in one write, and none with runHistory OnFailure", func() {
+		ns := newNamespace(ctx)
+		instant := []v1alpha1.Step{waitStep("first", 0),
+			{Name: "skipped", When: "object.metadata.name == 'someone-else'", Wait: &v1alpha1.WaitStep{Duration: dur(time.Hour)}}}
+		always := namespacedPolicy(ns, "always", instant...)
+		cm := protect(ctx, always, "recorded")
+		Expect(k8s.Delete(ctx, cm)).To(Succeed())
+		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
+		run := runFor(ctx, cm)()
+		Expect(run).NotTo(BeNil())
+		Expect(run.Status.Phase).To(Equal(v1alpha1.RunSucceeded))
+		Expect(phasesOf(run)).To(Equal([]v1alpha1.StepPhase{v1alpha1.StepSucceeded, v1alpha1.StepSkipped}))
+		// Without a status subresource every write of the status counts a generation.
+		Expect(run.Generation).To(Equal(int64(1)), "created with its final status, never written again")
+		Expect(run.Finalizers).To(BeEmpty(), "a run recorded finished holds nothing")
+		for _, mf := range run.ManagedFields {
+			Expect(mf.Manager).To(Equal(engine.FieldManager))
+		}
+		By("one event, on the object, naming the run: the run's status tells the rest")
+		Eventually(probe().EventNotes(ctx, cm), 5*time.Second).Should(ConsistOf(
+			"TeardownSucceeded: Teardown succeeded at once (steps: first succeeded, skipped skipped); finalizer " + finalizerOf(always) +
+				" removed (TeardownRun " + run.Namespace + "/" + run.Name + ")"))
+		Consistently(probe().EventNotes(ctx, run), 2*time.Second).Should(BeEmpty())
+
+		By("runHistory OnFailure: the same pipeline leaves no run; the policy's one event series counts such teardowns")
+		onFailure := namespacedPolicy(ns, "onfailure", instant...)
+		onFailure.Spec.RunHistory = v1alpha1.RunHistoryOnFailure
+		var quiet []*corev1.ConfigMap
+		for _, name := range []string{"unrecorded-1", "unrecorded-2", "unrecorded-3"} {
+			quiet = append(quiet, protect(ctx, onFailure, name))
+		}
+		for _, cm := range quiet {
+			Expect(k8s.Delete(ctx, cm)).To(Succeed())
+			Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
+		}
+		Eventually(func(g Gomega) {
+			var list eventsv1.EventList
+			g.Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			var series []eventsv1.Event
+			for _, e := range list.Items {
+				if e.Regarding.UID == onFailure.UID {
+					series = append(series, e)
+				}
+			}
+			g.Expect(series).To(HaveLen(1))
+			g.Expect(series[0].Reason).To(Equal(v1alpha1.ReasonSucceeded))
+			g.Expect(series[0].Note).To(Equal("Objects whose teardown succeeds at once are released without a TeardownRun (runHistory OnFailure); this series counts them. The first: ConfigMap " + ns + "/unrecorded-1"))
+			g.Expect(series[0].Series).NotTo(BeNil(), "later teardowns count in the series")
+		}, 10*time.Second).Should(Succeed())
+		for _, cm := range quiet {
+			Expect(runFor(ctx, cm)()).To(BeNil())
+			Expect(probe().EventNotes(ctx, cm)()).To(BeEmpty())
+		}
+	})
+
+	It("with runHistory OnFailure still records every pipeline that fails or goes on past its first pass", func() {
+		ns := newNamespace(ctx)
+		slow := namespacedPolicy(ns, "slow", waitStep("hold", 2*time.Second))
+		slow.Spec.RunHistory = v1alpha1.RunHistoryOnFailure
+		held := protect(ctx, slow, "held")
+		Expect(k8s.Delete(ctx, held)).To(Succeed())
+		Eventually(runPhase(ctx, held), 5*time.Second).Should(Equal(v1alpha1.RunRunning))
+		Expect(runFor(ctx, held)().Finalizers).To(ContainElement(v1alpha1.FinalizerRun), "a run that goes on holds its own finalizer")
+		Eventually(gone(ctx, held), 10*time.Second).Should(BeTrue())
+		Expect(runPhase(ctx, held)()).To(Equal(v1alpha1.RunSucceeded))
+
+		failing := namespacedPolicy(ns, "failing", v1alpha1.Step{Name: "broken", When: "object.data.nope == 'x'", Wait: &v1alpha1.WaitStep{Duration: dur(0)}})
+		failing.Spec.RunHistory = v1alpha1.RunHistoryOnFailure
+		failing.Spec.FailurePolicy = v1alpha1.FailurePolicyRelease
+		failed := protect(ctx, failing, "failed")
+		Expect(k8s.Delete(ctx, failed)).To(Succeed())
+		Eventually(gone(ctx, failed), 10*time.Second).Should(BeTrue())
+		run := runFor(ctx, failed)()
+		Expect(run).NotTo(BeNil(), "a failed pipeline is always recorded")
+		Expect(run.Status.Phase).To(Equal(v1alpha1.RunFailed))
+		Expect(run.Status.Step("broken").Message).To(ContainSubstring("when: "))
+	})
+
+	It("does not trust a run's status written by anyone but the operator", func() {
+		ns := newNamespace(ctx)
+		p := namespacedPolicy(ns, "guarded", waitStep("hold", time.Hour))
+		cm := protect(ctx, p, "target")
+		Expect(k8s.Delete(ctx, cm)).To(Succeed())
+		Eventually(runPhase(ctx, cm), 5*time.Second).Should(Equal(v1alpha1.RunRunning))
+
+		run := runFor(ctx, cm)()
+		forged := []byte(`{"status":{"phase":"Succeeded","message":"trust me"}}`)
+		Expect(k8s.Patch(ctx, run, client.RawPatch(types.MergePatchType, forged), client.FieldOwner("intruder"))).To(Succeed())
+		Consistently(gone(ctx, cm), 3*time.Second).Should(BeFalse(), "a forged status releases nothing")
+		Expect(finalizers(ctx, cm)()).To(ContainElement(finalizerOf(p)))
+
+		By("cleaning up by hand, as the docs say")
+		update(ctx, cm, func(c *corev1.ConfigMap) { c.Finalizers = nil })
+		Eventually(gone(ctx, cm), 5*time.Second).Should(BeTrue())
+	})
+})
+
+func phasesOf(run *v1alpha1.TeardownRun) []v1alpha1.StepPhase {
+	var out []v1alpha1.StepPhase
+	for _, s := range run.Status.Steps {
+		out = append(out, s.Phase)
+	}
+	return out
+}
