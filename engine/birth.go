@@ -28,8 +28,12 @@ func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c 
 	facts := pipeline.Facts{Now: time.Now(), Pipeline: c.Pipeline, Unborn: true, BreakGlass: r.breakGlass(run, target)}
 	p.out = pipeline.Advance(ctx, run, facts)
 	phase := run.Status.Phase
-	if !phase.Finished() {
+	releases := phase.Finished() && phase.Releases(c.Pipeline.FailurePolicy)
+	switch {
+	case !phase.Finished():
 		controllerutil.AddFinalizer(run, v1alpha1.FinalizerRun)
+	case releases:
+		run.Labels[v1alpha1.LabelReleased] = "true" // a record from the start: never cached
 	}
 	recorded := c.RecordsEveryRun() || !cleanSuccess(run)
 	if recorded {
@@ -48,9 +52,9 @@ func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c 
 			p.out.Events[i].Note += fmt.Sprintf(" (TeardownRun %s/%s)", run.Namespace, run.Name)
 		}
 	}
-	if phase.Finished() && phase.Releases(c.Pipeline.FailurePolicy) {
+	if releases {
 		// Released after the record is written, as any run: a crash in between leaves a
-		// finished run whose controller completes the release (completeRelease).
+		// finished run, found by the next pass's create (record).
 		if err := r.releaseTarget(ctx, run); err != nil {
 			return err
 		}
@@ -75,13 +79,28 @@ func (r *runReconciler) record(ctx context.Context, run *v1alpha1.TeardownRun) (
 	}
 	switch {
 	case apierrors.IsAlreadyExists(err):
-		r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
-		return false, nil
+		return false, r.recorded(ctx, client.ObjectKeyFromObject(run))
 	case err != nil:
 		return false, fmt.Errorf("recording run %s/%s: %w", run.Namespace, run.Name, err)
 	}
-	r.written.set(client.ObjectKeyFromObject(run), run.ResourceVersion)
+	if run.Labels[v1alpha1.LabelReleased] == "" {
+		r.written.set(client.ObjectKeyFromObject(run), run.ResourceVersion)
+	}
 	return true, nil
+}
+
+// recorded handles a run that was there already: one the run controller follows, or a record
+// whose creator stopped before it released the target (a crash): then the release is done here.
+func (r *runReconciler) recorded(ctx context.Context, key client.ObjectKey) error {
+	existing := &v1alpha1.TeardownRun{}
+	if err := r.reader.Get(ctx, key, existing); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if existing.Labels[v1alpha1.LabelReleased] == "" || trusted(r.runNamespace, existing) != nil {
+		r.wake.runs.Add(reconcile.Request{NamespacedName: key})
+		return nil
+	}
+	return r.releaseTarget(ctx, existing)
 }
 
 // unrecordedEvents sends a pass whose run is not kept (runHistory OnFailure, succeeded at once) to

@@ -120,6 +120,11 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 	if err := mgr.Add(e.watches); err != nil {
 		return nil, err
 	}
+	if opts.RunRetention > 0 {
+		if err := mgr.Add(&retentionSweeper{client: e.client, reader: e.reader, retention: opts.RunRetention}); err != nil {
+			return nil, err
+		}
+	}
 	if err := e.indexRuns(ctx, mgr); err != nil {
 		return nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,7 +17,7 @@ func (r *runReconciler) clearRetryAnnotation(ctx context.Context, run *v1alpha1.
 	if run.Annotations[v1alpha1.AnnotationRetry] != value {
 		return nil
 	}
-	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(v1alpha1.AnnotationRetry, "~", "~0"), "/", "~1")
+	path := "/metadata/annotations/" + jsonPointerEscape(v1alpha1.AnnotationRetry)
 	ops := []map[string]any{
 		{"op": "test", "path": path, "value": value},
 		{"op": "remove", "path": path},

@@ -2,15 +2,18 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -45,19 +48,39 @@ func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) 
 		// do, until what its steps made is let go.
 		return reconcile.Result{RequeueAfter: ownedRetry}, nil
 	}
-	m := &metav1.PartialObjectMetadata{ObjectMeta: run.ObjectMeta}
-	m.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
-	rv, err := r.fin.patchOut(ctx, m.GroupVersionKind(), m, v1alpha1.FinalizerRun)
-	if err != nil {
+	if err := r.settle(ctx, run); err != nil {
 		if apierrors.IsInvalid(err) { // the patch's test failed: the list moved; read it again
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if rv != "" {
-		r.written.set(client.ObjectKeyFromObject(run), rv)
+	return reconcile.Result{}, nil
+}
+
+// settle makes a finished run that released its target a record: its own finalizer goes and it
+// is labelled v1alpha1.LabelReleased, in one patch. The label takes it out of the cache (see
+// CacheOptions); the retention sweeper deletes it in time.
+func (r *runReconciler) settle(ctx context.Context, run *v1alpha1.TeardownRun) error {
+	ops := []map[string]any{{"op": "test", "path": "/metadata/uid", "value": run.UID}}
+	if i := slices.Index(run.Finalizers, v1alpha1.FinalizerRun); i >= 0 {
+		ops = append(ops,
+			map[string]any{"op": "test", "path": fmt.Sprintf("/metadata/finalizers/%d", i), "value": v1alpha1.FinalizerRun},
+			map[string]any{"op": "remove", "path": fmt.Sprintf("/metadata/finalizers/%d", i)})
 	}
-	return r.retain(ctx, run)
+	if run.Labels == nil {
+		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/labels", "value": map[string]string{v1alpha1.LabelReleased: "true"}})
+	} else {
+		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/labels/" + jsonPointerEscape(v1alpha1.LabelReleased), "value": "true"})
+	}
+	data, err := json.Marshal(ops)
+	if err != nil {
+		return err
+	}
+	if err := r.client.Patch(ctx, run.DeepCopy(), client.RawPatch(types.JSONPatchType, data)); err != nil {
+		return fmt.Errorf("settling run %s/%s: %w", run.Namespace, run.Name, err)
+	}
+	r.written.forget(client.ObjectKeyFromObject(run)) // it leaves the cache
+	return nil
 }
 
 // completeRelease handles a run recorded finished, in the pass that created it (see birth): its
@@ -75,7 +98,7 @@ func (r *runReconciler) completeRelease(ctx context.Context, run *v1alpha1.Teard
 	if ownedErr != nil {
 		return reconcile.Result{RequeueAfter: ownedRetry}, nil
 	}
-	return r.retain(ctx, run)
+	return reconcile.Result{}, client.IgnoreNotFound(r.settle(ctx, run))
 }
 
 // releaseGrace is how long the run controller leaves the release of a run recorded finished to
@@ -153,4 +176,9 @@ func (r *runReconciler) releaseOwned(ctx context.Context, run *v1alpha1.Teardown
 		return err
 	}
 	return nil
+}
+
+// jsonPointerEscape escapes a map key for a JSON pointer (RFC 6901).
+func jsonPointerEscape(key string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
 }

@@ -1,21 +1,28 @@
 package engine
 
 import (
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 )
 
-// CacheOptions returns opts with what the engine asks of the manager's cache: runs are cached
+// CacheOptions returns opts with what the engine asks of the manager's cache: runs that are only
+// records (labelled v1alpha1.LabelReleased) are not cached at all, and the others are cached
 // trimmed (see trimRun). Without it the engine works the same, in more memory.
 func CacheOptions(opts cache.Options) cache.Options {
 	by := make(map[client.Object]cache.ByObject, len(opts.ByObject)+1)
 	for obj, o := range opts.ByObject {
 		by[obj] = o
 	}
-	by[&v1alpha1.TeardownRun{}] = cache.ByObject{Transform: trimRun}
+	notReleased, err := labels.NewRequirement(v1alpha1.LabelReleased, selection.DoesNotExist, nil)
+	if err != nil {
+		panic(err) // a constant label key
+	}
+	by[&v1alpha1.TeardownRun{}] = cache.ByObject{Label: labels.NewSelector().Add(*notReleased), Transform: trimRun}
 	opts.ByObject = by
 	return opts
 }

@@ -34,6 +34,9 @@ const (
 	LabelTargetKind      = "teardown.dev/target-kind"
 	LabelTargetNamespace = "teardown.dev/target-namespace"
 	LabelTargetName      = "teardown.dev/target-name"
+	// LabelReleased marks a finished run whose object is released: a record only, which the
+	// operator no longer caches and deletes after --run-retention.
+	LabelReleased = "teardown.dev/released"
 )
 
 // Labels a step puts on the objects it creates for a run (a job step's Jobs), so that their

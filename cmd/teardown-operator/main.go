@@ -130,6 +130,9 @@ func newManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o
 		LeaderElectionNamespace:       o.leaderNS,
 		LeaderElectionReleaseOnCancel: true,
 	})
+	if err != nil && strings.Contains(err.Error(), "no matches for kind") {
+		return nil, fmt.Errorf("creating manager: %w; the teardown.dev CRDs are not installed, or not established yet: install them (kubectl apply -f config/crd/bases) and start the operator again", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}

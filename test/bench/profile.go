@@ -26,6 +26,10 @@ type profiler struct {
 func startProfile(ctx context.Context, cs kubernetes.Interface, addr, dir string, d time.Duration) *profiler {
 	p := &profiler{addr: addr, dir: dir, done: make(chan error, 1), apiserver: make(chan error, 1)}
 	go func() {
+		if addr == "" { // not the operator: the API server's profile alone
+			p.done <- nil
+			return
+		}
 		p.done <- fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())), filepath.Join(dir, "bench-operator.cpu.pprof"))
 	}()
 	go func() {
@@ -47,15 +51,18 @@ func (p *profiler) report(ctx context.Context) error {
 	if err := <-p.apiserver; err != nil {
 		return fmt.Errorf("API server CPU profile: %w", err)
 	}
-	heap := filepath.Join(p.dir, "bench-operator.heap.pprof")
-	if err := fetch(ctx, "http://"+p.addr+"/debug/pprof/heap", heap); err != nil {
-		return fmt.Errorf("heap profile: %w", err)
-	}
-	for _, view := range []struct{ title, file, sample string }{
-		{"CPU during the teardown (cumulative)", "bench-operator.cpu.pprof", ""},
+	views := []struct{ title, file, sample string }{
 		{"the API server's CPU during the teardown (cumulative)", "bench-apiserver.cpu.pprof", ""},
-		{"allocated since start, by function (cumulative)", "bench-operator.heap.pprof", "-sample_index=alloc_space"},
-	} {
+	}
+	if p.addr != "" {
+		heap := filepath.Join(p.dir, "bench-operator.heap.pprof")
+		if err := fetch(ctx, "http://"+p.addr+"/debug/pprof/heap", heap); err != nil {
+			return fmt.Errorf("heap profile: %w", err)
+		}
+		views = append(views, struct{ title, file, sample string }{"the operator's CPU during the teardown (cumulative)", "bench-operator.cpu.pprof", ""},
+			struct{ title, file, sample string }{"the operator's allocations since start, by function (cumulative)", "bench-operator.heap.pprof", "-sample_index=alloc_space"})
+	}
+	for _, view := range views {
 		args := []string{"tool", "pprof", "-top", "-cum", "-nodecount=30"}
 		if view.sample != "" {
 			args = append(args, view.sample)

@@ -225,7 +225,7 @@ func (b *bench) teardown(ctx context.Context, r *result) error {
 		return err
 	}
 	var prof *profiler
-	if b.pprof != "" {
+	if b.o.profile > 0 {
 		prof = startProfile(ctx, b.cs, b.pprof, filepath.Join(b.o.root, "bin"), b.o.profile)
 	}
 	deletedAt := make([]time.Time, b.o.n)

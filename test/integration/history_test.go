@@ -96,6 +96,34 @@ var _ = Describe("Run history", func() {
 		Expect(run.Status.Step("broken").Message).To(ContainSubstring("when: "))
 	})
 
+	It("labels a run that released its object a record, and deletes it after --run-retention", Serial, func() {
+		stopOperator()
+		stopOperator = startOperatorWith(func(o *engine.Options) { o.RunRetention = 3 * time.Second })
+		DeferCleanup(func() {
+			stopOperator()
+			stopOperator = startOperator()
+		})
+		ns := newNamespace(ctx)
+		instant := protect(ctx, namespacedPolicy(ns, "instant", waitStep("first", 0)), "instant")
+		slow := protect(ctx, namespacedPolicy(ns, "slow", waitStep("hold", time.Second)), "slow")
+		Expect(k8s.Delete(ctx, instant)).To(Succeed())
+		Expect(k8s.Delete(ctx, slow)).To(Succeed())
+		for _, cm := range []*corev1.ConfigMap{instant, slow} {
+			Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
+			Eventually(func() map[string]string {
+				if run := runFor(ctx, cm)(); run != nil {
+					return run.Labels
+				}
+				return nil
+			}, 5*time.Second).Should(HaveKeyWithValue(v1alpha1.LabelReleased, "true"))
+			Expect(runFor(ctx, cm)().Finalizers).To(BeEmpty())
+		}
+		By("the retention sweeper deletes them, though the operator no longer caches them")
+		for _, cm := range []*corev1.ConfigMap{instant, slow} {
+			Eventually(runFor(ctx, cm), 15*time.Second).Should(BeNil())
+		}
+	})
+
 	It("does not trust a run's status written by anyone but the operator", func() {
 		ns := newNamespace(ctx)
 		p := namespacedPolicy(ns, "guarded", waitStep("hold", time.Hour))
