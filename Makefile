@@ -106,7 +106,7 @@ test-e2e: control-plane $(GINKGO) ## End-to-end suite on the local kwok cluster 
 test: verify-generated lint test-unit test-integration test-e2e ## Everything a change must pass.
 
 .PHONY: bench
-bench: control-plane build ## Teardown benchmark, side by side: raw floor, hand-written controller, operator (N=1000 targets by default).
+bench: control-plane build ## Teardown benchmark, side by side: raw floor, hand-written controller, operator with runHistory Always and OnFailure (N=1000 targets by default).
 	$(GO) run ./test/bench -n $${N:-1000}
 
 ##@ Demo
