@@ -59,11 +59,10 @@ func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c 
 			return err
 		}
 	}
+	// A run that goes on is passed again when its creation reaches the cache (the run
+	// controller's create event): woken earlier, the reconcile would find no run there.
 	res := reconcile.Result{RequeueAfter: p.out.RequeueAfter}
 	r.apply(ctx, p, &res)
-	if !phase.Finished() {
-		r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(run)})
-	}
 	return nil
 }
 

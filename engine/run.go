@@ -231,8 +231,8 @@ func (r *runReconciler) releaseSettled(ctx context.Context, p *pass) {
 func (r *runReconciler) readRun(ctx context.Context, key types.NamespacedName) (*v1alpha1.TeardownRun, error) {
 	run := &v1alpha1.TeardownRun{}
 	err := r.client.Get(ctx, key, run)
-	if err == nil && (r.written.stale(key, run.ResourceVersion) || run.Annotations[trimmedInCache] != "" && run.Annotations[v1alpha1.AnnotationRetry] != "") {
-		run = &v1alpha1.TeardownRun{}
+	if err == nil && r.written.stale(key, run.ResourceVersion) {
+		run = &v1alpha1.TeardownRun{} // decoding into the cached copy would keep its stale map entries
 		err = r.reader.Get(ctx, key, run)
 	}
 	if apierrors.IsNotFound(err) {

@@ -83,13 +83,10 @@ func (r *runReconciler) settle(ctx context.Context, run *v1alpha1.TeardownRun) e
 	return nil
 }
 
-// completeRelease handles a run recorded finished, in the pass that created it (see birth): its
-// creator released the target right after, so the run controller only completes a release that
-// did not happen (a crash in between), once the creator has had the time to do it.
+// completeRelease handles a finished run that releases its target and holds no finalizer of its
+// own: one recorded finished and failed (it carries no finalizer), then abandoned. A run recorded
+// finished that releases is labelled released at once and never cached (see birth).
 func (r *runReconciler) completeRelease(ctx context.Context, run *v1alpha1.TeardownRun, ownedErr error) (reconcile.Result, error) {
-	if wait := releaseGrace - time.Since(run.CreationTimestamp.Time); wait > 0 {
-		return reconcile.Result{RequeueAfter: wait}, nil
-	}
 	if r.holdsTarget(run) {
 		if err := r.releaseTarget(ctx, run); err != nil {
 			return reconcile.Result{}, err
@@ -100,10 +97,6 @@ func (r *runReconciler) completeRelease(ctx context.Context, run *v1alpha1.Teard
 	}
 	return reconcile.Result{}, client.IgnoreNotFound(r.settle(ctx, run))
 }
-
-// releaseGrace is how long the run controller leaves the release of a run recorded finished to
-// the reconcile that recorded it.
-const releaseGrace = 5 * time.Second
 
 // releaseTarget removes the run's finalizer from its target.
 func (r *runReconciler) releaseTarget(ctx context.Context, run *v1alpha1.TeardownRun) error {

@@ -29,14 +29,14 @@ func CacheOptions(opts cache.Options) cache.Options {
 
 // trimmedInCache marks a cached run whose pipeline, snapshot and step details were dropped. It
 // exists only in the cache: such a copy is never written back (writes are patches of what
-// changed), and a reconcile that needs the whole run reads it from the API server (readRun).
+// changed), and nothing the engine does with a finished run that released its target reads them.
 const trimmedInCache = "teardown.dev/trimmed-in-cache"
 
 // trimRun drops from a cached run what nothing reads from the cache. Managed fields go, unless
 // they say something the engine checks: a status field written by another manager (trusted) or
-// who asked for a retry. A finished run that released its target keeps only what cleanup,
-// retention and the policy counts read: it is a record for users, who read it from the API server,
-// and may stay cached for the whole retention period.
+// who asked for a retry. A finished run that released its target keeps only what cleanup and the
+// policy counts read, until it is labelled released and leaves the cache (longer when what its
+// steps made is still to be let go).
 func trimRun(obj any) (any, error) {
 	run, ok := obj.(*v1alpha1.TeardownRun)
 	if !ok {

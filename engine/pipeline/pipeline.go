@@ -39,7 +39,7 @@ type Facts struct {
 	// RetryAt is when the retry annotation was set, if known.
 	RetryAt *metav1.Time
 	// Unborn says the run is not recorded yet: the pass stops before a step that needs it
-	// (policy.Step.NeedsRun), and says so in Effects.NeedsRun.
+	// (policy.Step.NeedsRun), to be passed again once the run is recorded.
 	Unborn bool
 }
 
@@ -93,9 +93,6 @@ type Effects struct {
 	RequeueAfter time.Duration
 	// ClearRetry is the retry annotation's value the pass answered, to remove.
 	ClearRetry string
-	// NeedsRun says an unborn run's pass stopped before a step that needs the run recorded:
-	// record it and pass again at once.
-	NeedsRun bool
 }
 
 // Step defaults and limits.

@@ -36,8 +36,7 @@ func (p *pass) runSteps(ctx context.Context) (time.Duration, string) {
 		}
 		p.run.Status.CurrentStep = step.Spec.Name
 		if p.f.Unborn && step.NeedsRun && ss.Phase == v1alpha1.StepPending {
-			p.out.NeedsRun = true
-			return 0, ""
+			return 0, "" // the recorded run's first pass starts it
 		}
 		after, done := p.runStep(ctx, step, ss)
 		if !done {

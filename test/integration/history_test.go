@@ -97,12 +97,7 @@ var _ = Describe("Run history", func() {
 	})
 
 	It("labels a run that released its object a record, and deletes it after --run-retention", Serial, func() {
-		stopOperator()
-		stopOperator = startOperatorWith(func(o *engine.Options) { o.RunRetention = 3 * time.Second })
-		DeferCleanup(func() {
-			stopOperator()
-			stopOperator = startOperator()
-		})
+		restartOperatorWith(func(o *engine.Options) { o.RunRetention = 3 * time.Second })
 		ns := newNamespace(ctx)
 		instant := protect(ctx, namespacedPolicy(ns, "instant", waitStep("first", 0)), "instant")
 		slow := protect(ctx, namespacedPolicy(ns, "slow", waitStep("hold", time.Second)), "slow")

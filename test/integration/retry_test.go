@@ -102,12 +102,7 @@ var _ = Describe("Retry after a failure", func() {
 	})
 
 	It("lets retention delete rejected runs", Serial, func() {
-		stopOperator()
-		stopOperator = startOperatorWith(func(o *engine.Options) { o.RunRetention = 2 * time.Second })
-		DeferCleanup(func() {
-			stopOperator()
-			stopOperator = startOperator()
-		})
+		restartOperatorWith(func(o *engine.Options) { o.RunRetention = 2 * time.Second })
 		ns := newNamespace(ctx)
 		cm := configMap(ns, "held", nil)
 		cm.Finalizers = []string{"example.com/hold"}

@@ -105,6 +105,17 @@ func startOperator() func() {
 	return startOperatorWith(func(*engine.Options) {})
 }
 
+// restartOperatorWith restarts the operator with the suite's options changed by edit, for the rest
+// of the spec; the operator with the suite's own options comes back after it.
+func restartOperatorWith(edit func(*engine.Options)) {
+	stopOperator()
+	stopOperator = startOperatorWith(edit)
+	DeferCleanup(func() {
+		stopOperator()
+		stopOperator = startOperator()
+	})
+}
+
 // startOperatorWith starts the operator with the suite's options changed by edit.
 func startOperatorWith(edit func(*engine.Options)) func() {
 	opts := engine.Options{
