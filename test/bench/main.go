@@ -49,6 +49,7 @@ type options struct {
 	contenders  string
 	profile     time.Duration
 	namespace   bool
+	writeCost   bool
 }
 
 func main() {
@@ -67,6 +68,7 @@ func main() {
 	flag.DurationVar(&o.profile, "profile", 0, "profile the operator's CPU for this long from the first delete, and its allocations, through --pprof-bind-address (bin/bench-operator.*.pprof)")
 	flag.StringVar(&o.contenders, "contenders", "raw,peer,operator,operator-onfailure", "who protects the targets, each on a fresh cluster: raw (the benchmark releases them itself), peer (a hand-written controller), operator (runHistory Always, the default), operator-onfailure (runHistory OnFailure)")
 	flag.BoolVar(&o.namespace, "namespace", false, "delete the targets' namespace instead of each target, and time until the namespace is gone")
+	flag.BoolVar(&o.writeCost, "write-cost", false, "instead of a teardown, measure the API server's and etcd's CPU per create of each object a teardown writes (a ConfigMap, an event, a TeardownRun)")
 	flag.Parse()
 	if o.step != stepWait && o.step != stepHTTP && o.step != stepPipeline {
 		fmt.Fprintf(os.Stderr, "bench: -step must be wait, http or pipeline, not %q\n", o.step)
@@ -82,7 +84,11 @@ func main() {
 	if o.step != stepWait && !flagSet("contenders") {
 		o.contenders = contenderOperator + "," + contenderOnFailure // only the operator has http steps
 	}
-	if err := run(o); err != nil {
+	measure := run
+	if o.writeCost {
+		measure = writeCost
+	}
+	if err := measure(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}

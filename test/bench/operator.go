@@ -50,9 +50,12 @@ func (op *process) stop() {
 func (op *process) rss() int64  { return procStatus(op.cmd.Process.Pid, "VmRSS") }
 func (op *process) peak() int64 { return procStatus(op.cmd.Process.Pid, "VmHWM") }
 
-// cpu returns the operator's user and system CPU time so far, from /proc/<pid>/stat.
-func (op *process) cpu() time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", op.cmd.Process.Pid))
+// cpu returns the process's user and system CPU time so far.
+func (op *process) cpu() time.Duration { return cpuOf(op.cmd.Process.Pid) }
+
+// cpuOf returns a process's user and system CPU time so far, from /proc/<pid>/stat.
+func cpuOf(pid int) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}
