@@ -10,10 +10,12 @@ GO ?= go
 CONTROLLER_GEN_VERSION ?= v0.23.0
 STATICCHECK_VERSION ?= v0.8.2
 GINKGO_VERSION ?= v2.34.0
+HELM_VERSION ?= v3.22.0
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 STATICCHECK := $(BIN)/staticcheck
 GINKGO := $(BIN)/ginkgo
+HELM := $(BIN)/helm
 CONTROL_PLANE := $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/kwokctl
 
 # envtest finds etcd and kube-apiserver here, built from source by `make control-plane`.
@@ -38,14 +40,27 @@ plugin: ## Build the kubectl plugin, kubectl-teardown, and its completion helper
 plugin-archives: ## Build kubectl-teardown for linux and darwin (amd64, arm64) and the krew manifest into bin/plugin/.
 	bash plugins/archives.sh
 
+.PHONY: image
+image: ## Build the operator image (linux/amd64 and arm64, no Docker daemon) into bin/image/: a docker-loadable tarball and an OCI layout.
+	GO=$(GO) $(GO) run ./hack/image
+
+.PHONY: test-image
+test-image: image ## Check the image in bin/image/: its config, files, static binaries and that they run.
+	$(GO) test -count=1 ./test/image/...
+
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code from the API markers.
 	$(CONTROLLER_GEN) object paths=./api/...
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers.
+manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers, and the chart's copies of them.
 	$(CONTROLLER_GEN) crd rbac:roleName=teardown-operator paths=./api/... paths=./engine/... paths=./steps/... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	$(GO) run ./hack/chartgen
+
+.PHONY: chart
+chart: ## Generate the Helm chart's CRD and ClusterRole templates from config/ (make manifests does it too).
+	$(GO) run ./hack/chartgen
 
 .PHONY: verify-generated
 verify-generated: $(CONTROLLER_GEN) ## Fail when committed generated files differ from what the markers produce.
@@ -53,8 +68,12 @@ verify-generated: $(CONTROLLER_GEN) ## Fail when committed generated files diffe
 	$(CONTROLLER_GEN) object:headerFile=/dev/null paths=./api/... output:object:dir=$$tmp/api >/dev/null; \
 	$(CONTROLLER_GEN) crd rbac:roleName=teardown-operator paths=./api/... paths=./engine/... paths=./steps/... \
 		output:crd:artifacts:config=$$tmp/crd output:rbac:artifacts:config=$$tmp/rbac; \
+	$(GO) run ./hack/chartgen -out $$tmp/chart; \
 	diff -u api/v1alpha1/zz_generated.deepcopy.go $$tmp/api/zz_generated.deepcopy.go && \
-	diff -ru config/crd/bases $$tmp/crd && diff -u config/rbac/role.yaml $$tmp/rbac/role.yaml || \
+	diff -ru config/crd/bases $$tmp/crd && diff -u config/rbac/role.yaml $$tmp/rbac/role.yaml && \
+	diff -ru charts/teardown-operator/templates/crds $$tmp/chart/crds && \
+	diff -u charts/teardown-operator/templates/clusterrole.yaml $$tmp/chart/clusterrole.yaml && \
+	diff -u charts/teardown-operator/templates/user-roles.yaml $$tmp/chart/user-roles.yaml || \
 	{ echo "generated files are stale: run 'make generate manifests' and commit the result" >&2; exit 1; }
 
 ##@ Tools and the local cluster
@@ -65,9 +84,17 @@ $(STATICCHECK):
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 $(GINKGO):
 	GOBIN=$(BIN) $(GO) install github.com/onsi/ginkgo/v2/ginkgo@$(GINKGO_VERSION)
+# The -X flags are what Helm's own release build sets: its version, and the Kubernetes version that
+# helm template and helm lint assume without a cluster (the local cluster's; else 1.20, which the
+# chart's kubeVersion refuses).
+HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=36 \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=36
+$(HELM):
+	GOBIN=$(BIN) $(GO) install -ldflags '$(HELM_LDFLAGS)' helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(STATICCHECK) $(GINKGO) ## Install the Go tools into bin/.
+tools: $(CONTROLLER_GEN) $(STATICCHECK) $(GINKGO) $(HELM) ## Install the Go tools (controller-gen, staticcheck, ginkgo, helm) into bin/.
 
 .PHONY: control-plane
 control-plane: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok and kwokctl into bin/ (once).
@@ -99,11 +126,15 @@ test-integration: control-plane $(GINKGO) ## Integration suites against a real A
 	$(GINKGO) -v --timeout=20m ./test/integration
 
 .PHONY: test-e2e
-test-e2e: control-plane $(GINKGO) ## End-to-end suite on the local kwok cluster (starts and stops it).
+test-e2e: control-plane $(GINKGO) $(HELM) image ## End-to-end suite on the local kwok cluster (starts and stops it).
 	$(GINKGO) -v --timeout=20m ./test/e2e
 
+.PHONY: test-chart
+test-chart: control-plane $(HELM) ## The Helm chart: helm lint, helm template with default and full values, the values schema.
+	HELM=$(HELM) $(GO) test -count=1 ./test/chart/...
+
 .PHONY: test
-test: verify-generated lint test-unit test-integration test-e2e ## Everything a change must pass.
+test: verify-generated lint test-unit test-chart test-image test-integration test-e2e ## Everything a change must pass.
 
 .PHONY: bench
 bench: control-plane build ## Teardown benchmark, side by side: raw floor, hand-written controller, operator with runHistory Always and OnFailure (N=1000 targets by default).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -22,25 +23,37 @@ type drainOptions struct {
 	all    bool
 	dryRun bool
 	yes    bool
+	// stopOperator is the operator's Deployment to stop before draining (--stop-operator), when set.
+	stopOperator *operatorRef
+	timeout      time.Duration
 }
 
 func (r *root) drainCommand() *cobra.Command {
 	o := &drainOptions{}
 	cmd := &cobra.Command{
-		Use:   "drain (--policy POLICY | --all) [--dry-run]",
+		Use:   "drain (--policy POLICY | --all) [--stop-operator NAMESPACE/NAME] [--dry-run]",
 		Short: "Release every teardown finalizer, without running pipelines",
 		Long: `Removes teardown finalizers from every object that carries them, running no pipeline, and prints
 what it released: an object being deleted is deleted at once. For uninstalling the operator, and
-for the day the operator is gone and objects are stuck. Stop the operator first: a running
-operator puts its finalizers back on the objects its policies still select (to stop protecting
-objects while it runs, suspend or delete the policy instead).
+for the day the operator is gone and objects are stuck. Stop the operator first (--stop-operator
+does): a running operator puts its finalizers back on the objects its policies still select (to
+stop protecting objects while it runs, suspend or delete the policy instead).
 
 --policy drains one policy's finalizer: TeardownPolicy/NAME (in -n's namespace),
 ClusterTeardownPolicy/NAME, or NAME when only one policy has it. --all drains every policy's
 finalizer, and the operator's own finalizers on TeardownRuns and policies, so that they and the
-CRDs can be deleted. It asks for --yes on a terminal. Running it again finds nothing to do.`,
+CRDs can be deleted. It asks for --yes on a terminal. Running it again finds nothing to do.
+
+--stop-operator NAMESPACE/NAME stops the operator before draining: it scales that Deployment to 0
+replicas (through its scale subresource) and waits, up to --timeout, until none of its pods remain
+(pods of Jobs that share its labels, such as an uninstall hook's, do not count); on a timeout it
+drains nothing. The Helm chart's uninstall hook runs drain so, and so can one uninstalling by hand.
+The operator stays at 0 replicas afterwards: bring it back with kubectl scale or helm upgrade. It
+needs get on deployments, patch on deployments/scale and list on pods in that namespace. With
+--dry-run it only says what it would stop; at 0 replicas already, there is nothing to stop.`,
 		Example: `  kubectl teardown drain --all --dry-run
   kubectl teardown drain --all --yes
+  kubectl teardown drain --all --yes --stop-operator teardown-system/teardown-operator
   kubectl teardown drain --policy TeardownPolicy/database-dump-job -n shop`,
 		Args: exactArgs(0, "no arguments (name the policy with --policy)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -49,6 +62,9 @@ CRDs can be deleted. It asks for --yes on a terminal. Running it again finds not
 			}
 			if o.all && !o.yes && !o.dryRun && isTerminal(r.streams.In) {
 				return usageError("drain --all releases every object the operator protects: add --yes to confirm, or --dry-run to see what it would release")
+			}
+			if err := o.parseStop(cmd); err != nil {
+				return err
 			}
 			if err := r.kube.connect(); err != nil {
 				return err
@@ -60,7 +76,26 @@ CRDs can be deleted. It asks for --yes on a terminal. Running it again finds not
 	cmd.Flags().BoolVar(&o.all, "all", false, "drain every teardown finalizer")
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "print what would be released, releasing nothing")
 	cmd.Flags().BoolVar(&o.yes, "yes", false, "confirm --all on a terminal")
+	cmd.Flags().String("stop-operator", "", "scale the operator's Deployment, `NAMESPACE/NAME`, to 0 and wait for its pods to go before draining")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long --stop-operator waits for the operator's pods to go")
 	return cmd
+}
+
+// parseStop reads --stop-operator and --timeout.
+func (o *drainOptions) parseStop(cmd *cobra.Command) error {
+	if o.timeout <= 0 {
+		return usageError("--timeout %s: give a positive duration, for example 2m", o.timeout)
+	}
+	if !cmd.Flags().Changed("stop-operator") {
+		return nil
+	}
+	arg, _ := cmd.Flags().GetString("stop-operator")
+	ref, err := parseOperatorRef(arg)
+	if err != nil {
+		return err
+	}
+	o.stopOperator = &ref
+	return nil
 }
 
 func isTerminal(in any) bool {
@@ -79,6 +114,12 @@ func (r *root) drain(ctx context.Context, o *drainOptions) error {
 	d := &drainer{kube: r.kube, out: r.streams.Out, errOut: r.streams.ErrOut, match: match, dryRun: o.dryRun}
 	if kinds == nil {
 		if kinds, err = d.allKinds(); err != nil {
+			return err
+		}
+	}
+	// Stopped once what to drain is known, so that a wrong --policy leaves the operator running.
+	if o.stopOperator != nil {
+		if err := r.stopOperator(ctx, *o.stopOperator, o.dryRun, o.timeout); err != nil {
 			return err
 		}
 	}

@@ -42,6 +42,9 @@ func (d *drainer) allKinds() ([]schema.GroupVersionResource, error) {
 	if err != nil {
 		return nil, usageError("discovery: %v", err)
 	}
+	// A kind missing from a stale discovery cache (say, a CRD installed since it was written)
+	// would keep its objects' finalizers: ask the API server afresh.
+	dc.Invalidate()
 	lists, err := dc.ServerPreferredResources()
 	if err != nil {
 		if len(lists) == 0 {

@@ -26,6 +26,8 @@ import (
 	"github.com/teardown-dev/teardown-operator/engine"
 	"github.com/teardown-dev/teardown-operator/steps/builtin"
 	"github.com/teardown-dev/teardown-operator/steps/httpstep"
+
+	_ "golang.org/x/crypto/x509roots/fallback" // CA roots for https when the system has none (the scratch image)
 )
 
 func main() {

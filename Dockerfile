@@ -1,0 +1,23 @@
+# The operator image, for builds with a Docker daemon: docker build -t teardown-operator .
+#
+# Kept equivalent to `make image` (hack/image), which builds the image without a daemon and is
+# what CI builds and tests (test/image): the same two static binaries in /, /teardown-operator the
+# entrypoint and /kubectl-teardown for the Helm chart's pre-delete hook, run as 65532:65532. This
+# file is not exercised in CI, which has no Docker daemon; change both together.
+
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG TARGETOS=linux
+ARG TARGETARCH
+RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w" -o /out/teardown-operator ./cmd/teardown-operator && \
+    CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w" -o /out/kubectl-teardown ./cmd/kubectl-teardown
+
+FROM gcr.io/distroless/static:nonroot
+LABEL org.opencontainers.image.source="https://github.com/teardown-dev/teardown-operator" \
+      org.opencontainers.image.title="teardown-operator"
+COPY --from=build /out/teardown-operator /out/kubectl-teardown /
+USER 65532:65532
+ENTRYPOINT ["/teardown-operator"]

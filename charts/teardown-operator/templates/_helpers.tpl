@@ -1,0 +1,62 @@
+{{/*
+The name of the chart's objects: the release name, or the release name and the chart's name when
+the release name does not contain it; at most 63 characters. nameOverride replaces the chart's
+name, fullnameOverride the whole.
+*/}}
+{{- define "teardown-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "teardown-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Labels on every object of the chart. */}}
+{{- define "teardown-operator.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "teardown-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: teardown-operator
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Labels that select the operator's pods. */}}
+{{- define "teardown-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "teardown-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The operator's ServiceAccount. */}}
+{{- define "teardown-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "teardown-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The operator's image: repository, then @digest or :tag (the chart's appVersion by default). */}}
+{{- define "teardown-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The namespace of TeardownRuns of cluster-scoped targets (and of the leader election lease). */}}
+{{- define "teardown-operator.runNamespace" -}}
+{{- default .Release.Namespace .Values.operator.runNamespace }}
+{{- end }}
