@@ -2,10 +2,13 @@
 #
 # Kept equivalent to `make image` (hack/image), which builds the image without a daemon and is
 # what CI builds and tests (test/image): the same two static binaries in /, /teardown-operator the
-# entrypoint and /kubectl-teardown for the Helm chart's pre-delete hook, run as 65532:65532. This
-# file is not exercised in CI, which has no Docker daemon; change both together.
+# entrypoint and /kubectl-teardown for the Helm chart's pre-delete hook, run as 65532:65532. The
+# base differs: distroless/static also brings a CA bundle, tzdata and /tmp, where make image's
+# empty base has none of them (the binaries carry Go's fallback CA roots and need neither).
+# This file is not exercised in CI, which has no Docker daemon; change both together. Built for
+# another platform with buildx (--platform linux/arm64), it cross-compiles on the build machine.
 
-FROM golang:1.26 AS build
+FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download

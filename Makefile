@@ -12,6 +12,10 @@ STATICCHECK_VERSION ?= v0.8.2
 GINKGO_VERSION ?= v2.34.0
 HELM_VERSION ?= v3.22.0
 
+# The image, tagged with the release: the Helm chart's appVersion, its default image tag.
+IMAGE ?= ghcr.io/teardown-dev/teardown-operator
+APP_VERSION := $(shell sed -n 's/^appVersion: *"*\([^"]*\)"*$$/\1/p' charts/teardown-operator/Chart.yaml)
+
 CONTROLLER_GEN := $(BIN)/controller-gen
 STATICCHECK := $(BIN)/staticcheck
 GINKGO := $(BIN)/ginkgo
@@ -42,7 +46,7 @@ plugin-archives: ## Build kubectl-teardown for linux and darwin (amd64, arm64) a
 
 .PHONY: image
 image: ## Build the operator image (linux/amd64 and arm64, no Docker daemon) into bin/image/: a docker-loadable tarball and an OCI layout.
-	GO=$(GO) $(GO) run ./hack/image
+	GO=$(GO) $(GO) run ./hack/image -tag $(IMAGE):$(APP_VERSION)
 
 .PHONY: test-image
 test-image: image ## Check the image in bin/image/: its config, files, static binaries and that they run.

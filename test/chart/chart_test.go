@@ -3,7 +3,9 @@ package chart_test
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -78,8 +80,11 @@ func decode(t *testing.T, out string) *rendered {
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(out)))
 	for {
 		doc, err := reader.Read()
-		if err != nil {
+		if errors.Is(err, io.EOF) {
 			break
+		}
+		if err != nil {
+			t.Fatalf("reading rendered YAML: %v", err)
 		}
 		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
 			continue
@@ -295,6 +300,10 @@ func TestBadValues(t *testing.T) {
 		{[]string{"--set", "image.digest=latest"}, []string{"digest"}},
 		{[]string{"--set", "metrics.port=70000"}, []string{"port", "maximum"}},
 		{[]string{"--set", "operator.extraArgs[0]=verbose"}, []string{"extraArgs", "pattern"}},
+		{[]string{"--set", "podDisruptionBudget.maxUnavailable=0%"}, []string{"maxUnavailable"}},
+		{[]string{"--set", "metrics.port=8081"}, []string{"/metrics/port"}},
+		{[]string{"--set", "prometheusRule.stuckFor=1.5m"}, []string{"stuckFor", "pattern"}},
+		{[]string{"--set", "operator.extraArgs[0]=--leader-elect=false"}, []string{"operator.extraArgs: --leader-elect is set by the chart"}},
 		{[]string{"--set", "leaderElection.enabled=false"}, []string{"leaderElection.enabled must be true when replicaCount is more than 1"}},
 		{[]string{"--set", "serviceAccount.create=false"}, []string{"serviceAccount.name is required"}},
 		{[]string{"--set", "metrics.enabled=false", "--set", "metrics.serviceMonitor.enabled=true"}, []string{"metrics.serviceMonitor.enabled needs metrics.enabled"}},
@@ -336,4 +345,28 @@ func mustJSON(t *testing.T, doc []byte) []byte {
 		t.Fatal(err)
 	}
 	return j
+}
+
+// TestLongReleaseName: the longest release name Helm allows still gives names that are DNS labels
+// where Kubernetes requires one (Services, Jobs), and the alerts select the Service's real name.
+func TestLongReleaseName(t *testing.T) {
+	long := strings.Repeat("r", 53)
+	out, err := helm(t, "template", long, chartDir, "--set", "prometheusRule.enabled=true", "--set", "metrics.serviceMonitor.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := decode(t, out)
+	var service string
+	for _, k := range r.kinds() {
+		kind, name, _ := strings.Cut(k, "/")
+		if (kind == "Service" || kind == "Job") && len(name) > 63 {
+			t.Errorf("%s is %d characters long", k, len(name))
+		}
+		if kind == "Service" {
+			service = name
+		}
+	}
+	if service == "" || !strings.Contains(out, fmt.Sprintf("job=%q", service)) {
+		t.Errorf("the alerts do not select the metrics Service %q", service)
+	}
 }

@@ -18,7 +18,8 @@ import (
 	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
-// operatorLabels are the labels the chart gives the operator's pods, and its hook Job's pods too.
+// operatorLabels are labels like the chart's on the operator's pods; the spec gives a Job's pod the same
+// labels, to prove drain waits only for the Deployment's pods.
 func operatorLabels(ns string) map[string]string {
 	return map[string]string{"app.kubernetes.io/name": "teardown-operator", "app.kubernetes.io/instance": ns}
 }

@@ -23,11 +23,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -97,8 +93,10 @@ var _ = Describe("The Helm chart", Ordered, func() {
 	})
 
 	It("installs: every object exists and the operator's (simulated) pods are ready", func() {
+		// kwok completes a Job's pod at once; the hook's pod stays Running for a minute instead,
+		// long enough for the spec to run its command (the last spec).
 		helm("install", release, filepath.Join(root, "charts", "teardown-operator"), "--namespace", ns, "--create-namespace",
-			"--wait", "--timeout", "3m")
+			"--wait", "--timeout", "3m", "--set-string", `uninstall.podAnnotations.teardown\.dev/kwok-duration=60s`)
 		d := &appsv1.Deployment{}
 		Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: release}, d)).To(Succeed())
 		Expect(*d.Spec.Replicas).To(BeEquivalentTo(2))
@@ -186,32 +184,29 @@ var _ = Describe("The Helm chart", Ordered, func() {
 		Expect(c.Delete(ctx, held)).To(Succeed())
 		Eventually(hp.RunPhase(ctx, held), time.Minute).Should(Equal(v1alpha1.RunRunning))
 
-		By("running the pre-delete hook's command as Helm's Job would: its Role, the operator's ServiceAccount")
-		hooks := decodeAll(helm("get", "hooks", release, "--namespace", ns))
-		var command []string
-		for _, h := range hooks {
-			switch o := h.(type) {
-			case *batchv1.Job:
-				command = o.Spec.Template.Spec.Containers[0].Command
-			case *rbacv1.Role, *rbacv1.RoleBinding:
-				Expect(c.Create(ctx, o.(client.Object))).To(Succeed())
-			}
-		}
+		By("helm uninstall: Helm creates the pre-delete hook's Role and Job, and waits for the Job")
+		const kubelet = "e2e.teardown.dev/kubelet"
+		operatorPods := holdPods(ctx, c, ns, kubelet)
+		uninstall := exec.Command(filepath.Join(root, "bin", "helm"), "uninstall", release, "--namespace", ns,
+			"--wait", "--timeout", "3m", "--kubeconfig", adminConfig)
+		uninstall.Env = append(os.Environ(), helmEnv...)
+		var uninstallOut bytes.Buffer
+		uninstall.Stdout, uninstall.Stderr = &uninstallOut, &uninstallOut
+		Expect(uninstall.Start()).To(Succeed())
+		uninstalled := make(chan error, 1)
+		go func() { uninstalled <- uninstall.Wait() }()
+		job := &batchv1.Job{}
+		Eventually(func(g Gomega) {
+			g.Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: release + "-uninstall-drain"}, job)).To(Succeed())
+			g.Expect(job.Status.Active).To(BeEquivalentTo(1))
+		}, time.Minute).Should(Succeed(), "helm said:\n%s", &uninstallOut)
+		Expect(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: release + "-uninstall-drain"}, &rbacv1.Role{})).To(Succeed())
+		Expect(probe.Finalizers(ctx, kept)()).NotTo(BeEmpty(), "nothing is released before the hook runs")
+
+		By("running the hook Job's command, as its (simulated) pod would, as the operator's ServiceAccount")
+		command := job.Spec.Template.Spec.Containers[0].Command
 		Expect(command).To(HaveLen(5))
 		Expect(command[0]).To(Equal("/kubectl-teardown"))
-		// The (simulated) pods stand for the operator's process: a finalizer keeps each pod
-		// terminating until the process is stopped, as a kubelet stops the container before the
-		// pod goes.
-		const kubelet = "e2e.teardown.dev/kubelet"
-		pods := &corev1.PodList{}
-		operatorPods := client.MatchingLabels{"app.kubernetes.io/name": "teardown-operator"}
-		Expect(c.List(ctx, pods, client.InNamespace(ns), operatorPods)).To(Succeed())
-		Expect(pods.Items).To(HaveLen(2))
-		for i := range pods.Items {
-			patch := client.MergeFrom(pods.Items[i].DeepCopy())
-			pods.Items[i].Finalizers = append(pods.Items[i].Finalizers, kubelet)
-			Expect(c.Patch(ctx, &pods.Items[i], patch)).To(Succeed())
-		}
 		drain := exec.Command(kubectl, append(command[1:], "--kubeconfig", saConfig)...)
 		var drainOut bytes.Buffer
 		drain.Stdout, drain.Stderr = &drainOut, &drainOut
@@ -227,6 +222,7 @@ var _ = Describe("The Helm chart", Ordered, func() {
 				StopTrying(fmt.Sprintf("drain ended (%v) before the operator's pods were gone:\n%s", err, drainOut.String())).Now()
 			default:
 			}
+			pods := &corev1.PodList{}
 			g.Expect(c.List(ctx, pods, client.InNamespace(ns), operatorPods)).To(Succeed())
 			for _, p := range pods.Items {
 				g.Expect(p.DeletionTimestamp).NotTo(BeNil(), "pod %s", p.Name)
@@ -235,18 +231,13 @@ var _ = Describe("The Helm chart", Ordered, func() {
 		Consistently(drained, 2*time.Second).ShouldNot(Receive(), "drain waits while the operator's pods terminate")
 		Expect(probe.Finalizers(ctx, kept)()).NotTo(BeEmpty(), "nothing is released before the operator is stopped")
 		stopProcess(op)
-		for i := range pods.Items {
-			patch := client.MergeFrom(pods.Items[i].DeepCopy())
-			pods.Items[i].Finalizers = slices.DeleteFunc(pods.Items[i].Finalizers, func(f string) bool { return f == kubelet })
-			Expect(c.Patch(ctx, &pods.Items[i], patch)).To(Succeed())
-		}
+		releasePods(ctx, c, ns, operatorPods, kubelet)
 		Expect(<-drained).To(Succeed(), drainOut.String())
 		AddReportEntry("drain", drainOut.String())
-		Expect(drainOut.String()).To(ContainSubstring("stopped"))
+		Expect(drainOut.String()).To(ContainSubstring("stopped deployment " + ns + "/" + release + " (was 2 replicas)"))
 		Expect(drainOut.String()).To(ContainSubstring(tns + "/held"))
+		Expect(<-uninstalled).To(Succeed(), uninstallOut.String())
 
-		By("helm uninstall, which runs the hook Job itself")
-		helm("uninstall", release, "--namespace", ns, "--wait", "--timeout", "3m")
 		Eventually(hp.Gone(ctx, held), time.Minute).Should(BeTrue())
 		Expect(hp.Finalizers(ctx, kept)()).To(BeEmpty())
 		for _, obj := range []client.Object{p, &v1alpha1.TeardownPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: tns, Name: "cleanup"}}} {
@@ -269,6 +260,35 @@ var _ = Describe("The Helm chart", Ordered, func() {
 	})
 })
 
+// holdPods puts a finalizer on the pods of the operator's Deployment, so that each stays
+// terminating until the spec lets it go: the pods stand for the operator's process, which a
+// kubelet would stop before the pod goes.
+func holdPods(ctx context.Context, c client.Client, ns, finalizer string) client.MatchingLabels {
+	GinkgoHelper()
+	selector := client.MatchingLabels{"app.kubernetes.io/name": "teardown-operator"}
+	pods := &corev1.PodList{}
+	Expect(c.List(ctx, pods, client.InNamespace(ns), selector)).To(Succeed())
+	Expect(pods.Items).To(HaveLen(2))
+	for i := range pods.Items {
+		patch := client.MergeFrom(pods.Items[i].DeepCopy())
+		pods.Items[i].Finalizers = append(pods.Items[i].Finalizers, finalizer)
+		Expect(c.Patch(ctx, &pods.Items[i], patch)).To(Succeed())
+	}
+	return selector
+}
+
+// releasePods removes holdPods' finalizer.
+func releasePods(ctx context.Context, c client.Client, ns string, selector client.MatchingLabels, finalizer string) {
+	GinkgoHelper()
+	pods := &corev1.PodList{}
+	Expect(c.List(ctx, pods, client.InNamespace(ns), selector)).To(Succeed())
+	for i := range pods.Items {
+		patch := client.MergeFrom(pods.Items[i].DeepCopy())
+		pods.Items[i].Finalizers = slices.DeleteFunc(pods.Items[i].Finalizers, func(f string) bool { return f == finalizer })
+		Expect(c.Patch(ctx, &pods.Items[i], patch)).To(Succeed())
+	}
+}
+
 // serviceAccountKubeconfig writes a kubeconfig for the admin kubeconfig's cluster that
 // authenticates with a token of the ServiceAccount.
 func serviceAccountKubeconfig(ctx context.Context, cs kubernetes.Interface, admin, ns, sa, dir string) string {
@@ -288,34 +308,6 @@ func serviceAccountKubeconfig(ctx context.Context, cs kubernetes.Interface, admi
 	path := filepath.Join(dir, "sa.kubeconfig")
 	Expect(clientcmd.WriteToFile(*out, path)).To(Succeed())
 	return path
-}
-
-// decodeAll decodes a multi-document YAML stream of Kubernetes' own kinds.
-func decodeAll(stream string) []runtime.Object {
-	GinkgoHelper()
-	decoder := serializer.NewCodecFactory(clientgoscheme.Scheme).UniversalDeserializer()
-	var objs []runtime.Object
-	for _, doc := range strings.Split(stream, "\n---") {
-		if strings.TrimSpace(stripYAMLComments(doc)) == "" {
-			continue
-		}
-		j, err := utilyaml.ToJSON([]byte(doc))
-		Expect(err).NotTo(HaveOccurred())
-		obj, _, err := decoder.Decode(j, nil, nil)
-		Expect(err).NotTo(HaveOccurred(), doc)
-		objs = append(objs, obj)
-	}
-	return objs
-}
-
-func stripYAMLComments(doc string) string {
-	var keep []string
-	for _, line := range strings.Split(doc, "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
-			keep = append(keep, line)
-		}
-	}
-	return strings.Join(keep, "\n")
 }
 
 // stopProcess stops a process the spec started, if it still runs.

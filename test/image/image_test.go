@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -27,8 +28,22 @@ import (
 const (
 	tarballPath = "bin/image/teardown-operator.tar"
 	layoutPath  = "bin/image/oci"
-	defaultTag  = "ghcr.io/teardown-dev/teardown-operator:dev"
 )
+
+// releaseTag is the tag make image gives the image: the Helm chart's appVersion, which is the
+// chart's default image tag, so that the image built is the image the chart pulls.
+func releaseTag(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile(repoPath(t, "charts/teardown-operator/Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^appVersion: *"?([^"\n]+)"?$`).FindSubmatch(raw)
+	if m == nil {
+		t.Fatal("Chart.yaml has no appVersion")
+	}
+	return "ghcr.io/teardown-dev/teardown-operator:" + string(m[1])
+}
 
 // binaries are the image's executables, by name in /.
 var binaries = []string{"kubectl-teardown", "teardown-operator"}
@@ -124,8 +139,8 @@ func TestTarballConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m) != 1 || !slices.Contains(m[0].RepoTags, defaultTag) {
-		t.Errorf("tarball manifest = %+v, want one image tagged %s", m, defaultTag)
+	if tag := releaseTag(t); len(m) != 1 || !slices.Contains(m[0].RepoTags, tag) {
+		t.Errorf("tarball manifest = %+v, want one image tagged %s", m, tag)
 	}
 }
 

@@ -60,3 +60,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "teardown-operator.runNamespace" -}}
 {{- default .Release.Namespace .Values.operator.runNamespace }}
 {{- end }}
+
+{{/*
+A name made of the full name and a suffix, at most 63 characters with the suffix kept (Service
+and Job names must be DNS labels): include "teardown-operator.suffixed" (list . "metrics").
+*/}}
+{{- define "teardown-operator.suffixed" -}}
+{{- $ctx := index . 0 }}
+{{- $suffix := index . 1 }}
+{{- printf "%s-%s" (include "teardown-operator.fullname" $ctx | trunc (int (sub 62 (len $suffix))) | trimSuffix "-") $suffix }}
+{{- end }}
