@@ -111,7 +111,7 @@ func (r *root) drain(ctx context.Context, o *drainOptions) error {
 	if err != nil {
 		return err
 	}
-	d := &drainer{kube: r.kube, out: r.streams.Out, errOut: r.streams.ErrOut, match: match, dryRun: o.dryRun}
+	d := &drainer{kube: r.kube, out: r.streams.Out, errOut: r.streams.ErrOut, match: match, dryRun: o.dryRun, liftGuards: o.all}
 	if kinds == nil {
 		if kinds, err = d.allKinds(); err != nil {
 			return err
@@ -135,8 +135,12 @@ func (r *root) drain(ctx context.Context, o *drainOptions) error {
 	if d.objects == 0 {
 		fmt.Fprintln(r.streams.Out, "nothing to drain: no object carries a matching teardown finalizer")
 	} else {
-		fmt.Fprintf(r.streams.Out, "%s %d %s from %d %s\n", verb, d.finalizers, plural(d.finalizers, "finalizer", "finalizers"),
-			d.objects, plural(d.objects, "object", "objects"))
+		vetoes := ""
+		if d.vetoes > 0 {
+			vetoes = fmt.Sprintf(" and %d deletion guard %s", d.vetoes, plural(d.vetoes, "veto", "vetoes"))
+		}
+		fmt.Fprintf(r.streams.Out, "%s %d %s%s from %d %s\n", verb, d.finalizers, plural(d.finalizers, "finalizer", "finalizers"),
+			vetoes, d.objects, plural(d.objects, "object", "objects"))
 	}
 	if d.unread != "" {
 		// An uninstall must not go on as if everything was drained.

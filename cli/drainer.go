@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -26,12 +27,17 @@ const (
 
 // drainer releases matching finalizers, kind by kind, reading metadata only.
 type drainer struct {
-	kube                *kube
-	out, errOut         io.Writer
-	match               drained
-	dryRun              bool
+	kube        *kube
+	out, errOut io.Writer
+	match       drained
+	dryRun      bool
+	// liftGuards removes deletion guards' verdicts too (drain --all): with the operator gone,
+	// nothing would ever lift them.
+	liftGuards          bool
 	mc                  metadata.Interface
 	objects, finalizers int
+	// vetoes counts the deletion guards' verdicts lifted.
+	vetoes int
 	// unread names the API groups discovery could not list: their objects were not drained.
 	unread string
 }
@@ -101,12 +107,13 @@ func (d *drainer) drainKind(ctx context.Context, gvr schema.GroupVersionResource
 func (d *drainer) release(ctx context.Context, gvr schema.GroupVersionResource, obj *metav1.PartialObjectMetadata) error {
 	for try := 0; ; try++ {
 		keep := slices.DeleteFunc(slices.Clone(obj.Finalizers), func(f string) bool { return d.match(f, obj.Namespace) })
-		if len(keep) == len(obj.Finalizers) {
+		lift := d.liftGuards && obj.Labels[v1alpha1.LabelDeletionGuard] != ""
+		if len(keep) == len(obj.Finalizers) && !lift {
 			return nil
 		}
 		gone := len(obj.Finalizers) - len(keep)
 		if !d.dryRun {
-			err := d.patch(ctx, gvr, obj, keep)
+			err := d.patch(ctx, gvr, obj, keep, lift)
 			if apierrors.IsConflict(err) && try < drainTries {
 				if obj, err = d.mc.Resource(gvr).Namespace(obj.Namespace).Get(ctx, obj.Name, metav1.GetOptions{}); err != nil {
 					return ignoreNotFound(err)
@@ -117,20 +124,28 @@ func (d *drainer) release(ctx context.Context, gvr schema.GroupVersionResource, 
 				return apiError(fmt.Errorf("releasing %s %s: %w", gvr.GroupResource(), nameOf(obj), err))
 			}
 		}
-		d.report(gvr, obj, keep)
+		d.report(gvr, obj, keep, lift)
 		d.objects++
 		d.finalizers += gone
+		if lift {
+			d.vetoes++
+		}
 		return nil
 	}
 }
 
-func (d *drainer) patch(ctx context.Context, gvr schema.GroupVersionResource, obj *metav1.PartialObjectMetadata, keep []string) error {
+func (d *drainer) patch(ctx context.Context, gvr schema.GroupVersionResource, obj *metav1.PartialObjectMetadata, keep []string, lift bool) error {
 	if keep == nil {
 		keep = []string{}
 	}
 	// The resource version makes the patch fail on a change since the read, so a finalizer
 	// another controller added meanwhile is not dropped.
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": obj.ResourceVersion, "finalizers": keep}})
+	md := map[string]any{"resourceVersion": obj.ResourceVersion, "finalizers": keep}
+	if lift {
+		md["labels"] = map[string]any{v1alpha1.LabelDeletionGuard: nil}
+		md["annotations"] = map[string]any{v1alpha1.AnnotationDeletionGuardMessage: nil}
+	}
+	body, err := json.Marshal(map[string]any{"metadata": md})
 	if err != nil {
 		return err
 	}
@@ -138,12 +153,15 @@ func (d *drainer) patch(ctx context.Context, gvr schema.GroupVersionResource, ob
 	return err
 }
 
-func (d *drainer) report(gvr schema.GroupVersionResource, obj *metav1.PartialObjectMetadata, keep []string) {
+func (d *drainer) report(gvr schema.GroupVersionResource, obj *metav1.PartialObjectMetadata, keep []string, lift bool) {
 	var released []string
 	for _, f := range obj.Finalizers {
 		if !slices.Contains(keep, f) {
 			released = append(released, f)
 		}
+	}
+	if lift {
+		released = append(released, "the deletion guard's veto ("+v1alpha1.LabelDeletionGuard+")")
 	}
 	verb, note := "released", ""
 	if d.dryRun {

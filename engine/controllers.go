@@ -7,6 +7,7 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/internal/lookup"
 	"github.com/teardown-dev/teardown-operator/steps"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -100,7 +101,8 @@ func (e *Engine) setupTargets(mgr manager.Manager) error {
 	tc, err := controller.NewTyped[TargetKey]("target", mgr, controller.TypedOptions[TargetKey]{
 		Reconciler: requeueConflicts[TargetKey](&targetReconciler{client: e.client, reader: e.reader, registry: e.registry,
 			watches: e.watches, events: e.events, matchErrs: e.matchErrs, runNamespace: e.opts.RunNamespace,
-			fin: e.fin, reads: e.reads, wake: e.wake, runs: e.runs}),
+			fin: e.fin, reads: e.reads, wake: e.wake, runs: e.runs,
+			lister: lookup.NewAPILister(e.reader, mgr.GetRESTMapper()), guardInterest: e.guards}),
 		MaxConcurrentReconciles: e.opts.TargetWorkers,
 	})
 	if err != nil {

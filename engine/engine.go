@@ -57,7 +57,9 @@ type Engine struct {
 	wake    *wakeups
 	reads   clusterReads
 	fin     *finalizerWriter
-	lookups *interest
+	lookups *interest[reconcile.Request]
+	// guards records the kinds the deletion guards of protected objects look up.
+	guards  *interest[TargetKey]
 	written *writtenVersions
 	kinds   steps.Registry
 	// matchErrs are the objects whose match fails to evaluate, per policy.
@@ -101,7 +103,8 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 		client:    client.WithFieldOwner(mgr.GetClient(), FieldManager),
 		reader:    mgr.GetAPIReader(),
 		registry:  policy.NewRegistry(),
-		lookups:   newInterest(),
+		lookups:   newInterest[reconcile.Request](),
+		guards:    newInterest[TargetKey](),
 		written:   newWrittenVersions(),
 		matchErrs: newMatchErrors(),
 		metrics:   newMetrics(),
@@ -184,6 +187,16 @@ func (e *Engine) route(ev watch.Event) {
 			}
 		}
 	}
+	for _, t := range e.guards.interested(ev.GVK, o.Namespace) {
+		// A looked-up object changed: the guard is evaluated again soon, the changes of a busy
+		// kind folded into one evaluation per guardDebounce.
+		e.wake.targets.AddAfter(t, guardDebounce)
+	}
+	if ev.Deleted {
+		for _, gvk := range e.guards.set(tkey, nil) {
+			e.watches.Release(gvk, "guard:"+tkey.String())
+		}
+	}
 	for _, r := range e.lookups.interested(ev.GVK, o.Namespace) {
 		// Folded: a busy kind wakes each waiting run at most once per lookupDebounce.
 		e.wake.runs.AddAfter(r, lookupDebounce)
@@ -192,6 +205,10 @@ func (e *Engine) route(ev watch.Event) {
 
 // lookupDebounce folds the changes to looked-up objects into at most one check per run per second.
 const lookupDebounce = time.Second
+
+// guardDebounce folds the changes to objects a deletion guard looks up. It bounds how stale a
+// verdict is after such a change, so it is short: a veto must lift, or start, within a second.
+const guardDebounce = 200 * time.Millisecond
 
 // vanishedDelay is how long after a target is gone its unfinished runs look at it.
 const vanishedDelay = 2 * time.Second

@@ -48,21 +48,31 @@ func (l *lazyObject) selectedBy(ctx context.Context, p *policy.Compiled, obj *me
 	if p.Match == nil {
 		return true, nil
 	}
-	if l.full == nil {
-		full, err := l.r.readFull(ctx, l.key)
-		switch {
-		case err != nil:
-			return false, err
-		case full == nil:
-			return false, errGone
-		}
-		l.full = full
+	full, err := l.object(ctx)
+	if err != nil {
+		return false, err
 	}
-	ok, err := p.MatchObject(ctx, l.full)
+	ok, err := p.MatchObject(ctx, full)
 	if err != nil {
 		return false, &matchError{err}
 	}
 	return ok, nil
+}
+
+// object reads the whole object once, from the API server; errGone when it went.
+func (l *lazyObject) object(ctx context.Context) (map[string]any, error) {
+	if l.full != nil {
+		return l.full, nil
+	}
+	full, err := l.r.readFull(ctx, l.key)
+	switch {
+	case err != nil:
+		return nil, err
+	case full == nil:
+		return nil, errGone
+	}
+	l.full = full
+	return full, nil
 }
 
 // recordMatchErrors keeps the policies' match-error counts in line with this look at the object,

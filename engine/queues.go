@@ -8,7 +8,6 @@ import (
 	"github.com/teardown-dev/teardown-operator/steps"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/workqueue"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
@@ -55,28 +54,29 @@ func (r *queueRef[T]) AddAfter(item T, d time.Duration) {
 	r.q.AddAfter(item, d)
 }
 
-// interest records which runs wait on changes to which kinds of objects (wait-step lookups).
-type interest struct {
+// interest records who (runs waiting in wait steps, objects whose deletion guard looks things up)
+// wants to hear of changes to which kinds of objects, in which namespaces.
+type interest[K comparable] struct {
 	mu    sync.Mutex
-	byGVK map[schema.GroupVersionKind]map[string]map[reconcile.Request]struct{} // gvk -> namespace -> runs
-	byRun map[reconcile.Request][]steps.WatchTarget
+	byGVK map[schema.GroupVersionKind]map[string]map[K]struct{} // gvk -> namespace -> who
+	byKey map[K][]steps.WatchTarget
 }
 
-func newInterest() *interest {
-	return &interest{byGVK: map[schema.GroupVersionKind]map[string]map[reconcile.Request]struct{}{}, byRun: map[reconcile.Request][]steps.WatchTarget{}}
+func newInterest[K comparable]() *interest[K] {
+	return &interest[K]{byGVK: map[schema.GroupVersionKind]map[string]map[K]struct{}{}, byKey: map[K][]steps.WatchTarget{}}
 }
 
-// set replaces what run waits on and returns the kinds it no longer waits on.
-func (in *interest) set(run reconcile.Request, targets []steps.WatchTarget) (dropped []schema.GroupVersionKind) {
+// set replaces what key watches and returns the kinds it no longer watches.
+func (in *interest[K]) set(key K, targets []steps.WatchTarget) (dropped []schema.GroupVersionKind) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	keep := map[schema.GroupVersionKind]bool{}
 	for _, t := range targets {
 		keep[t.GVK] = true
 	}
-	for _, old := range in.byRun[run] {
+	for _, old := range in.byKey[key] {
 		if nss := in.byGVK[old.GVK]; nss != nil {
-			delete(nss[old.Namespace], run)
+			delete(nss[old.Namespace], key)
 			if len(nss[old.Namespace]) == 0 {
 				delete(nss, old.Namespace)
 			}
@@ -89,39 +89,39 @@ func (in *interest) set(run reconcile.Request, targets []steps.WatchTarget) (dro
 		}
 	}
 	if len(targets) == 0 {
-		delete(in.byRun, run)
+		delete(in.byKey, key)
 		return dropped
 	}
-	in.byRun[run] = targets
+	in.byKey[key] = targets
 	for _, t := range targets {
 		nss := in.byGVK[t.GVK]
 		if nss == nil {
-			nss = map[string]map[reconcile.Request]struct{}{}
+			nss = map[string]map[K]struct{}{}
 			in.byGVK[t.GVK] = nss
 		}
 		if nss[t.Namespace] == nil {
-			nss[t.Namespace] = map[reconcile.Request]struct{}{}
+			nss[t.Namespace] = map[K]struct{}{}
 		}
-		nss[t.Namespace][run] = struct{}{}
+		nss[t.Namespace][key] = struct{}{}
 	}
 	return dropped
 }
 
-// interested returns the runs waiting on changes to gvk objects in namespace.
-func (in *interest) interested(gvk schema.GroupVersionKind, namespace string) []reconcile.Request {
+// interested returns who watches changes to gvk objects in namespace.
+func (in *interest[K]) interested(gvk schema.GroupVersionKind, namespace string) []K {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	nss := in.byGVK[gvk]
 	if nss == nil {
 		return nil
 	}
-	var out []reconcile.Request
-	for r := range nss[namespace] {
-		out = append(out, r)
+	var out []K
+	for k := range nss[namespace] {
+		out = append(out, k)
 	}
 	if namespace != "" {
-		for r := range nss[""] {
-			out = append(out, r)
+		for k := range nss[""] {
+			out = append(out, k)
 		}
 	}
 	return out

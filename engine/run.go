@@ -37,7 +37,7 @@ type runReconciler struct {
 	events       *eventSink
 	metrics      *metrics
 	written      *writtenVersions
-	lookups      *interest
+	lookups      *interest[reconcile.Request]
 	kinds        steps.Registry
 	runNamespace string
 	retention    time.Duration

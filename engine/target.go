@@ -19,6 +19,7 @@ import (
 	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/engine/watch"
+	"github.com/teardown-dev/teardown-operator/internal/lookup"
 	"github.com/teardown-dev/teardown-operator/internal/naming"
 )
 
@@ -36,6 +37,9 @@ type targetReconciler struct {
 	reads        clusterReads
 	wake         *wakeups
 	runs         *runReconciler
+	// lister reads what deletion guards look up; guardInterest records it, to be woken.
+	lister        lookup.Lister
+	guardInterest *interest[TargetKey]
 }
 
 // retryUnknownPolicy is how soon a finalizer of a policy the engine has not loaded yet is looked at
@@ -56,8 +60,20 @@ func (r *targetReconciler) Reconcile(ctx context.Context, key TargetKey) (reconc
 // reconcileLive adds the finalizers of the policies that select the object and removes those of
 // policies that no longer do.
 func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata) (reconcile.Result, error) {
-	want, managed, err := r.desiredFinalizers(ctx, key, obj)
+	look := &lazyObject{r: r, key: key}
+	want, managed, err := r.desiredFinalizers(ctx, key, obj, look)
 	if err != nil {
+		return reconcile.Result{}, err
+	}
+	v, watch, err := r.guards(ctx, key, obj, look, want)
+	if errors.Is(err, errGone) {
+		return reconcile.Result{}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	r.trackGuardWatches(key, watch)
+	if err := r.publishVerdict(ctx, key, obj, v); err != nil {
 		return reconcile.Result{}, err
 	}
 	var next []string
@@ -96,9 +112,8 @@ func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj
 // desiredFinalizers returns the finalizers the object should carry (want) and those whose presence
 // the engine decides (managed); finalizers of policies that are invalid, still loading, or whose
 // CEL match failed to evaluate are left as they are.
-func (r *targetReconciler) desiredFinalizers(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata) (want, managed map[string]bool, err error) {
+func (r *targetReconciler) desiredFinalizers(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, look *lazyObject) (want, managed map[string]bool, err error) {
 	want, managed = map[string]bool{}, map[string]bool{}
-	look := &lazyObject{r: r, key: key}
 	policies := r.registry.ForGVK(key.GVK)
 	failed := make(map[policy.Key]error, len(policies))
 	defer func() {

@@ -266,6 +266,61 @@ type TeardownPolicySpec struct {
 	// are abandoned. Use it to break glass when the pipeline itself is at fault.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+
+	// deletionGuard refuses the deletion of a protected object while its deny condition holds:
+	// a veto before the DELETE, where the pipeline runs after it.
+	// +optional
+	DeletionGuard *DeletionGuard `json:"deletionGuard,omitempty"`
+}
+
+// GuardNamespaceDeletion says whether a deletion guard also holds when the object's namespace
+// is being deleted.
+// +kubebuilder:validation:Enum=Allow;Deny
+type GuardNamespaceDeletion string
+
+const (
+	// GuardAllowNamespaceDeletion lets the object go with its namespace: the guard refuses only
+	// a deletion of the object itself.
+	GuardAllowNamespaceDeletion GuardNamespaceDeletion = "Allow"
+	// GuardDenyNamespaceDeletion refuses the deletion also when the namespace goes: the namespace
+	// stays Terminating until the guard stops holding.
+	GuardDenyNamespaceDeletion GuardNamespaceDeletion = "Deny"
+)
+
+// DeletionGuard is a condition under which a protected object may not be deleted. The operator
+// evaluates it whenever the object or a looked-up object changes and publishes the verdict on
+// the object (label teardown.dev/deletion-guard, annotation teardown.dev/deletion-guard-message);
+// the ValidatingAdmissionPolicy teardown.dev-deletion-guard shipped with the operator refuses a
+// DELETE of an object whose verdict is Deny, with the message.
+type DeletionGuard struct {
+	// deny is a CEL condition over `object` and the lookups: while it is true, the object may not
+	// be deleted. Example: "size(children) > 0".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Deny string `json:"deny"`
+
+	// message tells whoever tries to delete the object why not, with ${...} interpolation over
+	// `object` and the lookups. Example: "${object.metadata.name} still has ${size(children)} children".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message"`
+
+	// lookups bind other objects for deny and message, as in a wait step.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	Lookups []Lookup `json:"lookups,omitempty"`
+
+	// namespaceDeletion says what the guard does when the object's namespace is deleted: Allow
+	// (the default) lets the object go with it, so that a guard never makes a namespace
+	// undeletable by accident; Deny refuses then too, and the namespace stays Terminating until
+	// the guard stops holding.
+	// +optional
+	// +kubebuilder:default=Allow
+	NamespaceDeletion GuardNamespaceDeletion `json:"namespaceDeletion,omitempty"`
 }
 
 // ClusterTeardownPolicySpec is a TeardownPolicySpec that may also pick namespaces.

@@ -39,6 +39,18 @@ const (
 	LabelReleased = "teardown.dev/released"
 )
 
+// The verdict of a deletion guard, which the operator publishes on a protected object and the
+// ValidatingAdmissionPolicy teardown.dev-deletion-guard enforces.
+const (
+	// LabelDeletionGuard is set while a policy's deletion guard holds: GuardDeny refuses a DELETE
+	// of the object unless its namespace is being deleted, GuardDenyAlways refuses it then too.
+	LabelDeletionGuard = "teardown.dev/deletion-guard"
+	GuardDeny          = "Deny"
+	GuardDenyAlways    = "DenyAlways"
+	// AnnotationDeletionGuardMessage is the message a refused DELETE returns.
+	AnnotationDeletionGuardMessage = "teardown.dev/deletion-guard-message"
+)
+
 // Labels a step puts on the objects it creates for a run (a job step's Jobs), so that their
 // changes are routed to the run and they can be found by run.
 const (

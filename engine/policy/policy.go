@@ -103,6 +103,7 @@ type Compiled struct {
 	NamespaceSelector labels.Selector // nil: every namespace
 	Match             *expr.Program   // nil: no CEL match
 	Pipeline          *Pipeline
+	Guard             *Guard // nil: no deletion guard
 	Spec              *v1alpha1.TeardownPolicySpec
 	Suspended         bool
 	Deleting          bool
@@ -224,6 +225,9 @@ func (c *Compiler) Compile(v View) (*Compiled, field.ErrorList) {
 	}
 	pipe, perrs := c.compilePipeline(&spec.Pipeline, v.Key.Namespace, out.GVK, specPath)
 	errs = append(errs, perrs...)
+	guard, gerrs := c.compileGuard(spec.DeletionGuard, v.Key.Namespace, specPath.Child("deletionGuard"))
+	errs = append(errs, gerrs...)
+	out.Guard = guard
 	if len(errs) > 0 {
 		return nil, errs
 	}

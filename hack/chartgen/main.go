@@ -1,7 +1,8 @@
 // Command chartgen writes the Helm chart's generated templates from the kustomize manifests, so
 // that the chart and config/ cannot drift: the CRDs (config/crd/bases, from controller-gen) behind
 // crds.enabled and crds.keep, the operator's ClusterRole (config/rbac/role.yaml, from the RBAC
-// markers) and the users' aggregated ClusterRoles (config/rbac/user_roles.yaml).
+// markers), the users' aggregated ClusterRoles (config/rbac/user_roles.yaml) and the deletion
+// guards' admission policy (config/admission).
 //
 //	go run ./hack/chartgen                 # make chart (also run by make manifests)
 //	go run ./hack/chartgen -out DIR        # write elsewhere, to compare (make verify-generated)
@@ -47,7 +48,27 @@ func generate(root, out string) error {
 	if err := convert(root, filepath.Join(rbac, "role.yaml"), filepath.Join(out, "clusterrole.yaml"), clusterRole); err != nil {
 		return err
 	}
-	return convert(root, filepath.Join(rbac, "user_roles.yaml"), filepath.Join(out, "user-roles.yaml"), userRoles)
+	if err := convert(root, filepath.Join(rbac, "user_roles.yaml"), filepath.Join(out, "user-roles.yaml"), userRoles); err != nil {
+		return err
+	}
+	return convert(root, filepath.Join(root, "config", "admission", "deletion_guard.yaml"), filepath.Join(out, "deletion-guard.yaml"), admission)
+}
+
+// operatorUser is the operator's user name in config/ (namespace teardown-system, ServiceAccount
+// teardown-operator), which the chart makes the release's.
+const operatorUser = "system:serviceaccount:teardown-system:teardown-operator"
+
+// admission exempts the release's ServiceAccount and labels the admission policy and binding.
+func admission(text string) (string, error) {
+	text, err := replaceOnce(text, operatorUser,
+		`system:serviceaccount:{{ .Release.Namespace }}:{{ include "teardown-operator.serviceAccountName" . }}`)
+	if err != nil {
+		return "", err
+	}
+	if strings.Count(text, "\n  labels:\n    app.kubernetes.io/name: teardown-operator\n") != 2 {
+		return "", fmt.Errorf("expected the policy and its binding to be labelled app.kubernetes.io/name: teardown-operator")
+	}
+	return strings.ReplaceAll(text, "\n  labels:\n    app.kubernetes.io/name: teardown-operator\n", "\n  labels:\n    "+labels+"\n"), nil
 }
 
 // convert reads src, templates it with f and writes dst under a header naming its source.

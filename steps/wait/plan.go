@@ -36,15 +36,15 @@ func (a *action) Plan(ctx context.Context, in *steps.Input) steps.Plan {
 	for _, l := range a.lookups {
 		items, wt, err := a.resolve(ctx, in, l)
 		if err != nil {
-			return steps.Plan{Summary: "wait until " + v.Until, Rendered: v, Err: fmt.Sprintf("lookup %s: %v", l.name, err)}
+			return steps.Plan{Summary: "wait until " + v.Until, Rendered: v, Err: fmt.Sprintf("lookup %s: %v", l.Name, err)}
 		}
-		sel, _ := l.selector(ctx, in.Vars)
-		pl := Lookup{Name: l.name, Kind: l.gvk.Kind, Namespace: wt.Namespace, Selector: sel.String(), Found: []string{}}
+		sel, _ := l.Selector(ctx, in.Vars)
+		pl := Lookup{Name: l.Name, Kind: l.GVK.Kind, Namespace: wt.Namespace, Selector: sel.String(), Found: []string{}}
 		for _, it := range items {
 			pl.Found = append(pl.Found, nameOf(it))
 		}
 		v.Lookups = append(v.Lookups, pl)
-		vars[l.name] = items
+		vars[l.Name] = items
 	}
 	ok, err := a.until.EvalBool(ctx, vars)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -82,6 +84,9 @@ func compareSpecs(t *testing.T, kust, chart *rendered) {
 			b = mustGet[*apiextensionsv1.CustomResourceDefinition](t, chart, kind, name).Spec
 		case "Service":
 			a, b = mustGet[*corev1.Service](t, kust, kind, name).Spec.Ports, mustGet[*corev1.Service](t, chart, kind, name).Spec.Ports
+		case "ValidatingAdmissionPolicy":
+			a = mustGet[*admissionregistrationv1.ValidatingAdmissionPolicy](t, kust, kind, name).Spec
+			b = mustGet[*admissionregistrationv1.ValidatingAdmissionPolicy](t, chart, kind, name).Spec
 		case "PodDisruptionBudget":
 			a = mustGet[*policyv1.PodDisruptionBudget](t, kust, kind, name).Spec.MaxUnavailable
 			b = mustGet[*policyv1.PodDisruptionBudget](t, chart, kind, name).Spec.MaxUnavailable

@@ -1,4 +1,4 @@
-package wait
+package lookup
 
 import (
 	"context"

@@ -1,0 +1,129 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/internal/expr"
+	"github.com/teardown-dev/teardown-operator/internal/lookup"
+	"github.com/teardown-dev/teardown-operator/steps"
+)
+
+// verdict is what the deletion guards of the policies protecting an object say: the value of
+// its teardown.dev/deletion-guard label ("" when no guard holds) and the message.
+type verdict struct {
+	value, message string
+}
+
+// guards evaluates the deletion guards of the policies that protect the object (want) and
+// returns their verdict and what they looked up. A guard that cannot be evaluated keeps the
+// object's current verdict, so that a transient error neither lifts a veto nor invents one.
+func (r *targetReconciler) guards(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, look *lazyObject, want map[string]bool) (verdict, []steps.WatchTarget, error) {
+	current := verdict{obj.Labels[v1alpha1.LabelDeletionGuard], obj.Annotations[v1alpha1.AnnotationDeletionGuardMessage]}
+	var out verdict
+	var messages []string
+	var watch []steps.WatchTarget
+	for _, p := range r.registry.ForGVK(key.GVK) {
+		if p.Guard == nil || !want[p.Finalizer] {
+			continue
+		}
+		full, err := look.object(ctx)
+		if err != nil {
+			return current, watch, err
+		}
+		deny, msg, wt, err := r.evaluateGuard(ctx, p, key, full)
+		watch = append(watch, wt...)
+		if err != nil {
+			ctrl.LoggerFrom(ctx).Info("deletion guard cannot be evaluated; keeping the object's verdict",
+				"policy", p.Key.String(), "object", key.String(), "error", err.Error())
+			return current, watch, nil
+		}
+		if !deny {
+			continue
+		}
+		messages = append(messages, msg)
+		if out.value != v1alpha1.GuardDenyAlways {
+			out.value = v1alpha1.GuardDeny
+			if p.Guard.Always {
+				out.value = v1alpha1.GuardDenyAlways
+			}
+		}
+	}
+	slices.Sort(messages)
+	out.message = strings.Join(messages, "; ")
+	return out, watch, nil
+}
+
+// evaluateGuard evaluates one policy's guard on the full object.
+func (r *targetReconciler) evaluateGuard(ctx context.Context, p *policy.Compiled, key TargetKey, full map[string]any) (bool, string, []steps.WatchTarget, error) {
+	vars := expr.Vars{expr.VarObject: full, expr.VarSteps: map[string]any{}, expr.VarRun: map[string]any{}}
+	where := lookup.Where{TargetNamespace: key.Namespace}
+	if p.Key.Namespaced() {
+		where.PolicyNamespace = p.Key.Namespace
+	}
+	var watch []steps.WatchTarget
+	for _, l := range p.Guard.Lookups {
+		items, t, err := l.Resolve(ctx, r.lister, vars, where)
+		watch = append(watch, steps.WatchTarget{GVK: t.GVK, Namespace: t.Namespace})
+		if err != nil {
+			return false, "", watch, fmt.Errorf("lookup %s: %w", l.Name, err)
+		}
+		vars[l.Name] = items
+	}
+	deny, err := p.Guard.Deny.EvalBool(ctx, vars)
+	if err != nil || !deny {
+		return false, "", watch, err
+	}
+	msg, err := p.Guard.Message.Render(ctx, vars)
+	if err != nil {
+		return false, "", watch, fmt.Errorf("message: %w", err)
+	}
+	return true, fmt.Sprintf("%s: %s", p.Key, msg), watch, nil
+}
+
+// publishVerdict writes the verdict onto the object when it differs from the one it carries.
+func (r *targetReconciler) publishVerdict(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, v verdict) error {
+	if obj.Labels[v1alpha1.LabelDeletionGuard] == v.value && obj.Annotations[v1alpha1.AnnotationDeletionGuardMessage] == v.message {
+		return nil
+	}
+	var label, message any // nil removes the key
+	if v.value != "" {
+		label, message = v.value, v.message
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"labels":      map[string]any{v1alpha1.LabelDeletionGuard: label},
+		"annotations": map[string]any{v1alpha1.AnnotationDeletionGuardMessage: message},
+	}})
+	if err != nil {
+		return err
+	}
+	if err := r.client.Patch(ctx, metaRef(key.GVK, key.Namespace, key.Name), client.RawPatch(types.MergePatchType, body)); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("publishing the deletion guard's verdict on %s: %w", key, err))
+	}
+	return nil
+}
+
+// trackGuardWatches makes the kinds an object's guards look up watched while they do.
+func (r *targetReconciler) trackGuardWatches(key TargetKey, targets []steps.WatchTarget) {
+	consumer := "guard:" + key.String()
+	for _, gvk := range r.guardInterest.set(key, targets) {
+		r.watches.Release(gvk, consumer)
+	}
+	for _, t := range targets {
+		if !r.watches.Held(t.GVK, consumer) {
+			if _, err := r.watches.Acquire(t.GVK, consumer); err != nil {
+				ctrl.Log.Info("cannot watch a deletion guard's lookup kind", "kind", t.GVK.String(), "error", err.Error())
+			}
+		}
+	}
+}
