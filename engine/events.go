@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"unicode/utf8"
 
 	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	corev1 "k8s.io/api/core/v1"
@@ -36,9 +37,14 @@ func (s *eventSink) emit(ctx context.Context, regarding, related runtime.Object,
 	s.rec.Eventf(regarding, related, typ, ev.Reason, action, "%s", truncate(ev.Note, 1000))
 }
 
+// truncate cuts s to at most n bytes on a rune boundary, marking the cut with "...".
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n-3] + "..."
+	cut := n - len("...")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }

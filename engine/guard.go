@@ -88,8 +88,12 @@ func (r *targetReconciler) evaluateGuard(ctx context.Context, p *policy.Compiled
 	if err != nil {
 		return false, "", watch, fmt.Errorf("message: %w", err)
 	}
-	return true, fmt.Sprintf("%s: %s", p.Key, msg), watch, nil
+	return true, fmt.Sprintf("%s: %s", p.Key, truncate(msg, maxGuardMessage)), watch, nil
 }
+
+// maxGuardMessage bounds one guard's rendered message (an interpolation may render a long list),
+// so that the annotation, and the refusal a user reads, stay readable.
+const maxGuardMessage = 1024
 
 // publishVerdict writes the verdict onto the object when it differs from the one it carries.
 func (r *targetReconciler) publishVerdict(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, v verdict) error {
