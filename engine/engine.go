@@ -193,9 +193,7 @@ func (e *Engine) route(ev watch.Event) {
 		e.wake.targets.AddAfter(t, guardDebounce)
 	}
 	if ev.Deleted {
-		for _, gvk := range e.guards.set(tkey, nil) {
-			e.watches.Release(gvk, "guard:"+tkey.String())
-		}
+		e.guards.track(e.watches, tkey, "guard:"+tkey.String(), nil)
 	}
 	for _, r := range e.lookups.interested(ev.GVK, o.Namespace) {
 		// Folded: a busy kind wakes each waiting run at most once per lookupDebounce.

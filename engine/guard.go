@@ -119,15 +119,5 @@ func (r *targetReconciler) publishVerdict(ctx context.Context, key TargetKey, ob
 
 // trackGuardWatches makes the kinds an object's guards look up watched while they do.
 func (r *targetReconciler) trackGuardWatches(key TargetKey, targets []steps.WatchTarget) {
-	consumer := "guard:" + key.String()
-	for _, gvk := range r.guardInterest.set(key, targets) {
-		r.watches.Release(gvk, consumer)
-	}
-	for _, t := range targets {
-		if !r.watches.Held(t.GVK, consumer) {
-			if _, err := r.watches.Acquire(t.GVK, consumer); err != nil {
-				ctrl.Log.Info("cannot watch a deletion guard's lookup kind", "kind", t.GVK.String(), "error", err.Error())
-			}
-		}
-	}
+	r.guardInterest.track(r.watches, key, "guard:"+key.String(), targets)
 }

@@ -5,9 +5,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/teardown-dev/teardown-operator/engine/watch"
 	"github.com/teardown-dev/teardown-operator/steps"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
@@ -125,4 +127,20 @@ func (in *interest[K]) interested(gvk schema.GroupVersionKind, namespace string)
 		}
 	}
 	return out
+}
+
+// track makes the kinds key watches (targets) watched by the watch manager, under consumer,
+// and releases those it no longer watches.
+func (in *interest[K]) track(watches *watch.Manager, key K, consumer string, targets []steps.WatchTarget) {
+	for _, gvk := range in.set(key, targets) {
+		watches.Release(gvk, consumer)
+	}
+	for _, t := range targets {
+		if !watches.Held(t.GVK, consumer) {
+			if _, err := watches.Acquire(t.GVK, consumer); err != nil {
+				ctrl.Log.Info("cannot watch a looked-up kind; relying on the check interval or the object's own changes",
+					"kind", t.GVK.String(), "consumer", consumer, "error", err.Error())
+			}
+		}
+	}
 }

@@ -290,15 +290,5 @@ func (r *runReconciler) commit(ctx context.Context, p *pass) error {
 
 // trackWatches makes lookups' kinds watched while a run waits on them, and unwatched after.
 func (r *runReconciler) trackWatches(req reconcile.Request, targets []steps.WatchTarget) {
-	consumer := "run:" + req.String()
-	for _, gvk := range r.lookups.set(req, targets) {
-		r.watches.Release(gvk, consumer)
-	}
-	for _, t := range targets {
-		if !r.watches.Held(t.GVK, consumer) {
-			if _, err := r.watches.Acquire(t.GVK, consumer); err != nil {
-				ctrl.Log.Info("cannot watch lookup kind; relying on the check interval", "kind", t.GVK.String(), "error", err.Error())
-			}
-		}
-	}
+	r.lookups.track(r.watches, req, "run:"+req.String(), targets)
 }

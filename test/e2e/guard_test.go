@@ -2,17 +2,12 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
@@ -25,14 +20,7 @@ var _ = Describe("Deletion guards on a real control plane", func() {
 	ctx := context.Background()
 
 	It("let a vetoed object go with its namespace by default, and hold the namespace with namespaceDeletion Deny", func() {
-		raw, err := os.ReadFile(filepath.Join(root, "config", "admission", "deletion_guard.yaml"))
-		Expect(err).NotTo(HaveOccurred())
-		decoder := serializer.NewCodecFactory(clientgoscheme.Scheme).UniversalDeserializer()
-		for _, doc := range strings.Split(string(raw), "\n---\n") {
-			obj, _, err := decoder.Decode([]byte(doc), nil, nil)
-			Expect(err).NotTo(HaveOccurred())
-			Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, obj.(client.Object)))).To(Succeed())
-		}
+		Expect(framework.InstallAdmissionPolicies(ctx, k8s, root)).To(Succeed())
 		guarded := func(ns string, nsDeletion v1alpha1.GuardNamespaceDeletion) *corev1.ConfigMap {
 			p := framework.NamespacedPolicy(ns, "vetoed", framework.WaitStep("settle", 0))
 			p.Spec.DeletionGuard = &v1alpha1.DeletionGuard{Deny: "!has(object.data.released)", Message: "${object.metadata.name} is not released",

@@ -10,7 +10,10 @@ import (
 	"strings"
 	"time"
 
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -86,4 +89,24 @@ func waitEstablished(ctx context.Context, c client.Client, name string) error {
 		time.Sleep(200 * time.Millisecond)
 	}
 	return errors.New("CRD " + name + " not established after 30s")
+}
+
+// InstallAdmissionPolicies creates the ValidatingAdmissionPolicies and bindings in
+// config/admission (the deletion guards' policy), as an install would; existing ones are kept.
+func InstallAdmissionPolicies(ctx context.Context, c client.Client, root string) error {
+	raw, err := os.ReadFile(filepath.Join(root, "config", "admission", "deletion_guard.yaml"))
+	if err != nil {
+		return err
+	}
+	decoder := serializer.NewCodecFactory(clientgoscheme.Scheme).UniversalDeserializer()
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		obj, _, err := decoder.Decode([]byte(doc), nil, nil)
+		if err != nil {
+			return fmt.Errorf("config/admission: %w", err)
+		}
+		if err := client.IgnoreAlreadyExists(c.Create(ctx, obj.(client.Object))); err != nil {
+			return err
+		}
+	}
+	return nil
 }

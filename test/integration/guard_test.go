@@ -2,9 +2,7 @@ package integration
 
 import (
 	"context"
-	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -12,26 +10,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/cli"
+	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
-// installDeletionGuardPolicy creates the ValidatingAdmissionPolicy and its binding shipped in
-// config/admission, as an install would.
+// installDeletionGuardPolicy creates the admission policy shipped in config/admission, as an
+// install would.
 func installDeletionGuardPolicy(ctx context.Context) {
 	GinkgoHelper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "config", "admission", "deletion_guard.yaml"))
-	Expect(err).NotTo(HaveOccurred())
-	decoder := serializer.NewCodecFactory(clientgoscheme.Scheme).UniversalDeserializer()
-	for _, doc := range strings.Split(string(raw), "\n---\n") {
-		obj, _, err := decoder.Decode([]byte(doc), nil, nil)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, obj.(client.Object)))).To(Succeed())
-	}
+	Expect(framework.InstallAdmissionPolicies(ctx, k8s, filepath.Join("..", ".."))).To(Succeed())
 }
 
 var _ = Describe("Deletion guards", func() {

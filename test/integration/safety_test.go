@@ -169,6 +169,9 @@ var _ = Describe("Safety", func() {
 		Eventually(stepPhase(ctx, cm, "second"), 10*time.Second).Should(Equal(v1alpha1.StepRunning))
 		before := runFor(ctx, cm)()
 		first, second := before.Status.Step("first").DeepCopy(), before.Status.Step("second").DeepCopy()
+		// Events are sent after the status that records them, and a stopping operator drops the
+		// ones still queued: stop it once the second step's start has been told.
+		Eventually(func() int { return countReason(eventReasons(ctx, cm)(), v1alpha1.ReasonStepStarted) }, 10*time.Second).Should(Equal(2))
 
 		By("stopping the operator mid-step")
 		stopOperator()
@@ -190,13 +193,10 @@ var _ = Describe("Safety", func() {
 		elapsed := after.Status.Step("second").CompletionTime.Sub(second.StartTime.Time)
 		Expect(elapsed).To(BeNumerically(">=", 3*time.Second))
 		Expect(elapsed).To(BeNumerically("<", 4*time.Second+time.Since(stoppedAt)))
-		var started int
-		for _, r := range eventReasons(ctx, after)() {
-			if r == v1alpha1.ReasonStepStarted {
-				started++
-			}
-		}
-		Expect(started).To(Equal(3), "each step starts exactly once")
+		Eventually(func() int { return countReason(eventReasons(ctx, after)(), v1alpha1.ReasonStepStarted) }, 5*time.Second).
+			Should(Equal(3), "each step starts exactly once")
+		Consistently(func() int { return countReason(eventReasons(ctx, after)(), v1alpha1.ReasonStepStarted) }, time.Second).
+			Should(Equal(3), "each step starts exactly once")
 	})
 
 	It("in a namespace being deleted, keeps a deleted policy's finalizers but adds none, and runs go to the run namespace", func() {
@@ -233,3 +233,14 @@ var _ = Describe("Safety", func() {
 		Eventually(gone(ctx, p), 10*time.Second).Should(BeTrue(), "the policy goes once its targets are done")
 	})
 })
+
+// countReason counts the events of a reason.
+func countReason(reasons []string, reason string) int {
+	n := 0
+	for _, r := range reasons {
+		if r == reason {
+			n++
+		}
+	}
+	return n
+}
