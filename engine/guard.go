@@ -14,7 +14,6 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
-	"github.com/teardown-dev/teardown-operator/internal/expr"
 	"github.com/teardown-dev/teardown-operator/internal/lookup"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
@@ -66,7 +65,7 @@ func (r *targetReconciler) guards(ctx context.Context, key TargetKey, obj *metav
 
 // evaluateGuard evaluates one policy's guard on the full object.
 func (r *targetReconciler) evaluateGuard(ctx context.Context, p *policy.Compiled, key TargetKey, full map[string]any) (bool, string, []steps.WatchTarget, error) {
-	vars := expr.Vars{expr.VarObject: full, expr.VarSteps: map[string]any{}, expr.VarRun: map[string]any{}}
+	vars := policy.ObjectVars(full)
 	where := lookup.Where{TargetNamespace: key.Namespace}
 	if p.Key.Namespaced() {
 		where.PolicyNamespace = p.Key.Namespace

@@ -516,7 +516,13 @@ func (c *Compiled) MatchObject(ctx context.Context, obj map[string]any) (bool, e
 	if c.Match == nil {
 		return true, nil
 	}
-	return c.Match.EvalBool(ctx, expr.Vars{expr.VarObject: obj, expr.VarSteps: map[string]any{}, expr.VarRun: map[string]any{}})
+	return c.Match.EvalBool(ctx, ObjectVars(obj))
+}
+
+// ObjectVars are the variables of an expression evaluated before any run exists (a match, a
+// deletion guard): the object, and no steps or run.
+func ObjectVars(obj map[string]any) expr.Vars {
+	return expr.Vars{expr.VarObject: obj, expr.VarSteps: map[string]any{}, expr.VarRun: map[string]any{}}
 }
 
 // GVKs returns the kinds some valid policy targets.

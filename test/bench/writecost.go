@@ -55,13 +55,15 @@ func writeCost(o options) error {
 		{"TeardownRun (an instant success's record)", func(ns string, i int) client.Object { return copyRun(record, ns, i) }},
 		{"TeardownRun without its snapshot", func(ns string, i int) client.Object { return copyRun(slim, ns, i) }},
 	}
-	pids := map[string]string{}
+	pids := map[string]int{}
 	for _, c := range []string{"kube-apiserver", "etcd"} {
 		raw, err := os.ReadFile(filepath.Join(b.kwokDir(cluster), "pids", c+".pid"))
 		if err != nil {
 			return err
 		}
-		pids[c] = strings.TrimSpace(string(raw))
+		if pids[c], err = strconv.Atoi(strings.TrimSpace(string(raw))); err != nil {
+			return fmt.Errorf("%s's pid file: %w", c, err)
+		}
 	}
 	fmt.Printf("\ncontrol-plane CPU per create, %d creates of each, %d at a time, no controller running\n", o.n, o.parallel)
 	fmt.Printf("%-44s %10s %14s %10s\n", "object", "creates/s", "kube-apiserver", "etcd")
@@ -70,7 +72,7 @@ func writeCost(o options) error {
 		if err := b.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			return err
 		}
-		api0, etcd0 := pidCPU(pids["kube-apiserver"]), pidCPU(pids["etcd"])
+		api0, etcd0 := cpuOf(pids["kube-apiserver"]), cpuOf(pids["etcd"])
 		start := time.Now()
 		if err := forEach(ctx, o.n, o.parallel, func(i int) error {
 			return b.c.Create(ctx, kind.make(ns, i), client.FieldOwner("teardown-operator"))
@@ -80,7 +82,7 @@ func writeCost(o options) error {
 		took := time.Since(start)
 		per := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", d.Seconds()*1000/float64(o.n)) }
 		fmt.Printf("%-44s %10.0f %14s %10s\n", kind.name, float64(o.n)/took.Seconds(),
-			per(pidCPU(pids["kube-apiserver"])-api0), per(pidCPU(pids["etcd"])-etcd0))
+			per(cpuOf(pids["kube-apiserver"])-api0), per(cpuOf(pids["etcd"])-etcd0))
 	}
 	return nil
 }
@@ -137,10 +139,4 @@ func (b *bench) kwokDir(cluster string) string {
 		dir = filepath.Join(b.o.root, "bin", "kwok-state")
 	}
 	return filepath.Join(dir, "clusters", cluster)
-}
-
-// pidCPU is a process's user and system CPU time so far.
-func pidCPU(pid string) time.Duration {
-	n, _ := strconv.Atoi(pid)
-	return cpuOf(n)
 }

@@ -95,10 +95,7 @@ func startOperator() {
 
 // stopOperator stops the operator, as an uninstall would.
 func stopOperator() {
-	if operator != nil && operator.Process != nil {
-		_ = operator.Process.Signal(os.Interrupt)
-		_ = operator.Wait()
-	}
+	stopProcess(operator)
 	operator = nil
 }
 
