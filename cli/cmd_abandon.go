@@ -62,7 +62,8 @@ func (r *root) abandon(ctx context.Context, arg, reason string, timeout time.Dur
 	out := r.streams.Out
 	fmt.Fprintf(out, "%s annotated %s=%q\n", describeObject(t.GVK.Kind, obj), v1alpha1.AnnotationAbandon, reason)
 	if obj.GetDeletionTimestamp() == nil {
-		fmt.Fprintln(out, "the object is not being deleted: when it is, its teardown is abandoned at once and the object released")
+		fmt.Fprintln(out, "the object is not being deleted: when it is, its teardown is abandoned at once and the object released;")
+		fmt.Fprintln(out, "a delete request in flight (trigger DeleteRequest) is cancelled and the object's veto lifted, so that kubectl delete releases it")
 		return nil
 	}
 	var runs []v1alpha1.TeardownRun

@@ -91,7 +91,7 @@ Against a cluster:
 	cmd.PersistentFlags().StringVar(&r.kube.runNamespace, "run-namespace", "teardown-system",
 		"the operator's --run-namespace, where runs of cluster-scoped objects live")
 	cmd.AddCommand(r.lintCommand(), r.testCommand(), r.planCommand(), r.statusCommand(), r.retryCommand(),
-		r.abandonCommand(), r.drainCommand(), r.kindsCommand(), r.versionCommand())
+		r.abandonCommand(), r.deleteCommand(), r.drainCommand(), r.kindsCommand(), r.versionCommand())
 	return cmd
 }
 

@@ -23,9 +23,10 @@ import (
 // its record repeats the pass: its side effects are keyed on the deletion, not on the run (an
 // http step's Idempotency-Key), and a step that needs the run recorded (a Job step) stops the
 // pass before it starts.
-func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c *policy.Compiled, tkey TargetKey, target *metav1.PartialObjectMetadata) error {
+func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c *policy.Compiled, tkey TargetKey, target *metav1.PartialObjectMetadata, requested string) error {
 	p := &pass{orig: run.DeepCopy(), run: run, tkey: tkey, target: target, pipe: c.Pipeline}
-	facts := pipeline.Facts{Now: time.Now(), Pipeline: c.Pipeline, Unborn: true, BreakGlass: r.breakGlass(run, target)}
+	facts := pipeline.Facts{Now: time.Now(), Pipeline: c.Pipeline, Unborn: true, BreakGlass: r.breakGlass(run, target), Requested: requested,
+		TargetDeleting: target.DeletionTimestamp != nil}
 	p.out = pipeline.Advance(ctx, run, facts)
 	phase := run.Status.Phase
 	releases := phase.Finished() && phase.Releases(c.Pipeline.FailurePolicy)

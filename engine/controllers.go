@@ -30,7 +30,7 @@ func (e *Engine) setupControllers(mgr manager.Manager) error {
 	e.runs = &runReconciler{client: e.client, reader: e.reader, registry: e.registry,
 		compiler: e.compiler, watches: e.watches, events: e.events, metrics: e.metrics, written: e.written,
 		lookups: e.lookups, kinds: e.kinds, runNamespace: e.opts.RunNamespace, retention: e.opts.RunRetention,
-		fin: e.fin, wake: e.wake}
+		fin: e.fin, wake: e.wake, reads: e.reads}
 	for _, setup := range []func(manager.Manager) error{e.setupPolicies, e.setupNamespaces, e.setupTargets, e.setupRuns} {
 		if err := setup(mgr); err != nil {
 			return err

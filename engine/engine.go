@@ -212,19 +212,19 @@ const guardDebounce = 200 * time.Millisecond
 const vanishedDelay = 2 * time.Second
 
 // runsCare reports whether a change to a target concerns its runs: its deletion starting, the
-// break-glass annotation, or the object going. Other changes (notably the release of another
+// break-glass annotation, a delete request made or withdrawn, or the object going. Other changes (notably the release of another
 // finalizer) would only wake runs to read a cache that has not caught up yet.
 func runsCare(ev watch.Event) bool {
 	o, old := ev.Object, ev.Old
 	switch {
 	case ev.Deleted:
 		return true
-	case o.DeletionTimestamp == nil:
-		return false
-	case old == nil || old.DeletionTimestamp == nil:
+	case old == nil:
+		return o.DeletionTimestamp != nil
+	case o.DeletionTimestamp != nil && old.DeletionTimestamp == nil:
 		return true
 	}
-	return o.Annotations[v1alpha1.AnnotationAbandon] != old.Annotations[v1alpha1.AnnotationAbandon]
+	return o.Annotations[v1alpha1.AnnotationAbandon] != old.Annotations[v1alpha1.AnnotationAbandon] || requestChanged(ev)
 }
 
 // namespaceChanged re-examines what a namespace's labels or deletion affect.
@@ -235,7 +235,8 @@ func (e *Engine) namespaceChanged(ns string) {
 			if p.Key.Namespaced() && p.Key.Namespace == ns {
 				e.wake.policies[policy.KindNamespaced].Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: p.Key.Name}})
 			}
-			if (p.NamespaceSelector != nil || p.Key.Namespaced() && p.Key.Namespace == ns) && !seen[gvk] {
+			// A two-phase policy takes a namespace's deletion as a request to delete its objects.
+			if (p.NamespaceSelector != nil || p.TwoPhase() || p.Key.Namespaced() && p.Key.Namespace == ns) && !seen[gvk] {
 				seen[gvk] = true
 				e.wake.enqueueTargets(gvk, ns)
 			}

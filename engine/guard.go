@@ -18,22 +18,39 @@ import (
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
-// verdict is what the deletion guards of the policies protecting an object say: the value of
-// its teardown.dev/deletion-guard label ("" when no guard holds) and the message.
+// verdict is what the deletion guards and two-phase policies protecting an object say: the
+// value of its teardown.dev/deletion-guard label ("" when nothing refuses its deletion) and the
+// message. holding names the finalizers of the policies whose deletion guard holds.
 type verdict struct {
 	value, message string
+	holding        map[string]bool
+}
+
+// deny adds one policy's refusal to the verdict.
+func (v *verdict) deny(always bool, message string, messages *[]string) {
+	*messages = append(*messages, message)
+	if v.value != v1alpha1.GuardDenyAlways {
+		v.value = v1alpha1.GuardDeny
+		if always {
+			v.value = v1alpha1.GuardDenyAlways
+		}
+	}
 }
 
 // guards evaluates the deletion guards of the policies that protect the object (want) and
 // returns their verdict and what they looked up. A guard that cannot be evaluated keeps the
 // object's current verdict, so that a transient error neither lifts a veto nor invents one.
 func (r *targetReconciler) guards(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, look *lazyObject, want map[string]bool) (verdict, []steps.WatchTarget, error) {
-	current := verdict{obj.Labels[v1alpha1.LabelDeletionGuard], obj.Annotations[v1alpha1.AnnotationDeletionGuardMessage]}
-	var out verdict
+	current := verdict{obj.Labels[v1alpha1.LabelDeletionGuard], obj.Annotations[v1alpha1.AnnotationDeletionGuardMessage], nil}
+	out := verdict{holding: map[string]bool{}}
 	var messages []string
 	var watch []steps.WatchTarget
 	for _, p := range r.registry.ForGVK(key.GVK) {
-		if p.Guard == nil || !want[p.Finalizer] {
+		if armed(p, obj, want) {
+			_, requested := obj.Annotations[v1alpha1.AnnotationDeleteRequested]
+			out.deny(true, armingMessage(p, key, requested), &messages)
+		}
+		if p.Guard == nil || !p.InScope(key.Namespace) || !want[p.Finalizer] {
 			continue
 		}
 		full, err := look.object(ctx)
@@ -45,17 +62,12 @@ func (r *targetReconciler) guards(ctx context.Context, key TargetKey, obj *metav
 		if err != nil {
 			ctrl.LoggerFrom(ctx).Info("deletion guard cannot be evaluated; keeping the object's verdict",
 				"policy", p.Key.String(), "object", key.String(), "error", err.Error())
+			current.holding = map[string]bool{p.Finalizer: true} // and no request starts on it
 			return current, watch, nil
 		}
-		if !deny {
-			continue
-		}
-		messages = append(messages, msg)
-		if out.value != v1alpha1.GuardDenyAlways {
-			out.value = v1alpha1.GuardDeny
-			if p.Guard.Always {
-				out.value = v1alpha1.GuardDenyAlways
-			}
+		if deny {
+			out.holding[p.Finalizer] = true
+			out.deny(p.Guard.Always, msg, &messages)
 		}
 	}
 	slices.Sort(messages)

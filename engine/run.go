@@ -43,6 +43,7 @@ type runReconciler struct {
 	retention    time.Duration
 	fin          *finalizerWriter
 	wake         *wakeups
+	reads        clusterReads
 }
 
 // pass is one reconcile of a run: the run as read and as edited, and what was read of its target.
@@ -122,7 +123,14 @@ func (r *runReconciler) read(ctx context.Context, cached *v1alpha1.TeardownRun) 
 	}
 	p.target, facts.TargetGone = target, target == nil
 	facts.BreakGlass = r.breakGlass(cached, target)
-	if facts.Rejected == nil && (!cached.Status.Phase.Finished() || facts.Retry != "") {
+	if target != nil {
+		facts.TargetDeleting = target.DeletionTimestamp != nil
+		if cached.Spec.Trigger == v1alpha1.TriggerDeleteRequest {
+			facts.Requested = r.reads.deleteRequest(ctx, target)
+		}
+	}
+	restart := cached.Status.Phase == v1alpha1.RunCancelled && facts.Requested != "" // a new request
+	if facts.Rejected == nil && (!cached.Status.Phase.Finished() || facts.Retry != "" || restart) {
 		p.pipe, facts.CompileErr = r.compiler.PipelineForRun(cached)
 		facts.Pipeline = p.pipe
 	}

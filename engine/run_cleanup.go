@@ -33,6 +33,8 @@ func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) 
 		return r.expire(ctx, run)
 	}
 	switch {
+	case run.Status.Phase == v1alpha1.RunCancelled && ownedErr == nil:
+		return r.cancelled(ctx, run)
 	case ownedErr != nil && !run.Status.Phase.Releases(run.Spec.Pipeline.FailurePolicy):
 		return reconcile.Result{RequeueAfter: ownedRetry}, nil
 	case !run.Status.Phase.Releases(run.Spec.Pipeline.FailurePolicy):
@@ -98,8 +100,14 @@ func (r *runReconciler) completeRelease(ctx context.Context, run *v1alpha1.Teard
 	return reconcile.Result{}, client.IgnoreNotFound(r.settle(ctx, run))
 }
 
-// releaseTarget removes the run's finalizer from its target.
+// releaseTarget removes the run's finalizer from its target. A two-phase run that ended well
+// (or failed under failurePolicy Release) deletes the target first; one abandoned does not.
 func (r *runReconciler) releaseTarget(ctx context.Context, run *v1alpha1.TeardownRun) error {
+	if run.Spec.Trigger == v1alpha1.TriggerDeleteRequest && run.Status.Phase != v1alpha1.RunAbandoned {
+		if err := r.deleteTarget(ctx, run); err != nil {
+			return err
+		}
+	}
 	t := run.Spec.Target
 	gv, _ := schema.ParseGroupVersion(t.APIVersion)
 	if _, err := r.fin.remove(ctx, gv.WithKind(t.Kind), t.Namespace, t.Name, t.UID, run.Spec.Finalizer); err != nil && !meta.IsNoMatchError(err) {

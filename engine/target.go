@@ -98,7 +98,7 @@ func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj
 		changed = true
 	}
 	if !changed {
-		return reconcile.Result{}, nil
+		return reconcile.Result{}, r.requests(ctx, key, obj, v)
 	}
 	if _, err := r.fin.write(ctx, key.GVK, obj, next); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -106,6 +106,7 @@ func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj
 		}
 		return reconcile.Result{}, fmt.Errorf("writing finalizers of %s: %w", key, err)
 	}
+	// A request on an object just armed is looked at once its finalizer is in the cache.
 	return reconcile.Result{}, nil
 }
 
@@ -251,7 +252,22 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 	// finished and was deleted (say with its namespace) while the target cache still shows the
 	// finalizer that run has since removed. Creating a run then would start a second teardown.
 	live := &unstructured.Unstructured{Object: full}
-	if live.GetUID() != obj.UID || live.GetDeletionTimestamp() == nil || !slices.Contains(live.GetFinalizers(), p.Finalizer) {
+	if live.GetUID() != obj.UID || !slices.Contains(live.GetFinalizers(), p.Finalizer) {
+		return nil
+	}
+	var requested string
+	if p.TwoPhase() {
+		if requested = r.reads.deleteRequest(ctx, live); requested == "" {
+			return nil // withdrawn meanwhile
+		}
+		name := naming.RunName(p.Key.Kind, p.Key.Namespace, p.Key.Name, key.Name, obj.UID)
+		if existing, found, err := r.recordedRun(ctx, key.Namespace, name); err != nil || found {
+			if found {
+				return r.runs.recorded(ctx, existing)
+			}
+			return err
+		}
+	} else if live.GetDeletionTimestamp() == nil {
 		return nil
 	}
 	snapshot, err := policy.Snapshot(full)
@@ -275,7 +291,7 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(md, &target.ObjectMeta); err != nil {
 		return fmt.Errorf("reading the metadata of %s: %w", key, err)
 	}
-	return r.runs.birth(ctx, run, p, key, target)
+	return r.runs.birth(ctx, run, p, key, target, requested)
 }
 
 // readFull reads the whole object from the API server; nil means it is gone.

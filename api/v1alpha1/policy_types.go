@@ -16,6 +16,23 @@ const (
 	RunHistoryOnFailure RunHistory = "OnFailure"
 )
 
+// Trigger says when a policy's pipeline runs: after the DELETE, held by a finalizer, or before it,
+// on a delete request.
+// +kubebuilder:validation:Enum=Finalizer;DeleteRequest
+type Trigger string
+
+const (
+	// TriggerFinalizer runs the pipeline once the object is being deleted, while the policy's
+	// finalizer holds it. Right for kinds whose own controller waits for foreign finalizers
+	// (or has nothing to clean up).
+	TriggerFinalizer Trigger = "Finalizer"
+	// TriggerDeleteRequest runs the pipeline before the object is deleted, while its own
+	// controller still sees it alive: a plain DELETE is refused, a delete request (annotation
+	// teardown.dev/delete-requested) starts the pipeline, and the operator deletes the object
+	// once it succeeded. Right for kinds whose controller acts the moment deletion starts.
+	TriggerDeleteRequest Trigger = "DeleteRequest"
+)
+
 // FailurePolicy says what happens to a target whose pipeline failed.
 // +kubebuilder:validation:Enum=Retain;Release
 type FailurePolicy string
@@ -261,6 +278,20 @@ type TeardownPolicySpec struct {
 	// +optional
 	// +kubebuilder:default=Always
 	RunHistory RunHistory `json:"runHistory,omitempty"`
+
+	// trigger says when the pipeline runs. Finalizer (the default) runs it once the object is
+	// being deleted, held by the policy's finalizer: the object's own controller sees the
+	// deletion at once, so use it for kinds whose controller waits for foreign finalizers.
+	// DeleteRequest runs it before the DELETE, with the object untouched: a plain delete of a
+	// protected object is refused (ValidatingAdmissionPolicy teardown.dev-deletion-guard) with a
+	// message saying how to request it: the annotation teardown.dev/delete-requested="<who>:
+	// <why>" (or `kubectl teardown delete KIND/NAME --reason ...`). The operator then runs the
+	// pipeline and, once it succeeded, deletes the object itself. If it fails the object stays
+	// as it was; removing the annotation withdraws the request and cancels the run. Deleting the
+	// object's namespace counts as a request.
+	// +optional
+	// +kubebuilder:default=Finalizer
+	Trigger Trigger `json:"trigger,omitempty"`
 
 	// suspend releases every target: the finalizer is removed from all of them and in-flight runs
 	// are abandoned. Use it to break glass when the pipeline itself is at fault.

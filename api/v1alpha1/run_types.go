@@ -8,7 +8,7 @@ import (
 )
 
 // RunPhase is where a run's pipeline stands.
-// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Abandoned
+// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Abandoned;Cancelled
 type RunPhase string
 
 const (
@@ -18,11 +18,15 @@ const (
 	RunFailed    RunPhase = "Failed"
 	// RunAbandoned means someone broke glass: the remaining steps were skipped and the target released.
 	RunAbandoned RunPhase = "Abandoned"
+	// RunCancelled means the delete request of a run with trigger DeleteRequest was withdrawn
+	// before the pipeline succeeded: the object stays, untouched and protected. A new request
+	// starts the pipeline again from its first step.
+	RunCancelled RunPhase = "Cancelled"
 )
 
 // Finished reports whether the phase is final.
 func (p RunPhase) Finished() bool {
-	return p == RunSucceeded || p == RunFailed || p == RunAbandoned
+	return p == RunSucceeded || p == RunFailed || p == RunAbandoned || p == RunCancelled
 }
 
 // Releases reports whether a run that ended in this phase lets its target go.
@@ -79,6 +83,10 @@ type TeardownRunSpec struct {
 	Target    TargetObjectReference `json:"target"`
 	// finalizer is the finalizer the run removes from the target when it is done.
 	Finalizer string `json:"finalizer"`
+	// trigger is the policy's trigger when the run began. A DeleteRequest run executes its
+	// steps against the live object and deletes it once they succeeded; empty means Finalizer.
+	// +optional
+	Trigger Trigger `json:"trigger,omitempty"`
 	// pipeline is the policy's pipeline as it was when the deletion began.
 	Pipeline Pipeline `json:"pipeline"`
 	// object is the target as it was when the deletion began: `object` in expressions.
@@ -163,6 +171,14 @@ type TeardownRunStatus struct {
 	// deadline is when the whole pipeline times out.
 	// +optional
 	Deadline *metav1.MicroTime `json:"deadline,omitempty"`
+	// requestedBy says who requested the deletion of a run with trigger DeleteRequest: the
+	// teardown.dev/delete-requested annotation's value and the field manager that set it, or
+	// the deletion of the object or of its namespace.
+	// +optional
+	RequestedBy string `json:"requestedBy,omitempty"`
+	// cancelledBy says why a run with trigger DeleteRequest was cancelled.
+	// +optional
+	CancelledBy string `json:"cancelledBy,omitempty"`
 	// abandonedBy says who broke glass, and how.
 	// +optional
 	AbandonedBy string `json:"abandonedBy,omitempty"`

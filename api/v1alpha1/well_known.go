@@ -13,6 +13,11 @@ const (
 	// failed, with fresh attempts. The value should say who asks and why; it is recorded in the
 	// run, and the operator removes the annotation once the retry is recorded.
 	AnnotationRetry = "teardown.dev/retry"
+	// AnnotationDeleteRequested on an object protected by a policy with trigger DeleteRequest
+	// requests its deletion: the operator runs the pipeline with the object alive and deletes it
+	// once the pipeline succeeded. The value should say who asks and why ("<who>: <why>"); it is
+	// recorded in the run. Removing it before the pipeline succeeded cancels the run.
+	AnnotationDeleteRequested = "teardown.dev/delete-requested"
 )
 
 // Finalizers the operator puts on its own objects. A policy's finalizer on its targets is
@@ -111,4 +116,12 @@ const (
 	ReasonMatchFailed      = "MatchFailed"
 	ReasonRetried          = "TeardownRetried"
 	ReasonRetryRefused     = "RetryRefused"
+	// ReasonDeleteRequested: a delete request started (or restarted) a DeleteRequest run.
+	ReasonDeleteRequested = "DeleteRequested"
+	// ReasonDeleteRequestBlocked: a delete request waits while a deletion guard holds.
+	ReasonDeleteRequestBlocked = "DeleteRequestBlocked"
+	// ReasonCancelled: a delete request was withdrawn and its run cancelled.
+	ReasonCancelled = "TeardownCancelled"
+	// ReasonDeleteFailed: the operator could not delete the object after its pipeline succeeded.
+	ReasonDeleteFailed = "DeleteFailed"
 )

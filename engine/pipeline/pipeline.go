@@ -41,6 +41,12 @@ type Facts struct {
 	// Unborn says the run is not recorded yet: the pass stops before a step that needs it
 	// (policy.Step.NeedsRun), to be passed again once the run is recorded.
 	Unborn bool
+	// TargetDeleting reports that the object is being deleted.
+	TargetDeleting bool
+	// Requested says who requests the deletion of a two-phase run's object (trigger
+	// DeleteRequest): the delete-requested annotation and its author, or the deletion of the
+	// object or its namespace. Empty means the request is withdrawn: the run is cancelled.
+	Requested string
 }
 
 // Event is an event to record on the run and its target.
@@ -130,17 +136,22 @@ func Advance(ctx context.Context, run *v1alpha1.TeardownRun, f Facts) Effects {
 	if f.Retry != "" {
 		retried = p.retryRequest(f.Retry)
 	}
-	if run.Status.Phase.Finished() && !retried {
+	switch {
+	case p.withdrawn():
+		p.cancel(Withdrawn)
+	case p.rerequested():
+		p.restart()
+		p.advance(ctx)
+	case run.Status.Phase.Finished() && !retried:
 		p.afterFinish()
-	} else {
+	default:
 		p.advance(ctx)
 	}
 	if p.startedRun && !run.Status.Phase.Finished() {
 		// Said only of a run that goes on past its first pass: one that ends in it is told by
 		// its end alone (events are most of the API writes of a fast teardown).
 		ref := run.Spec.PolicyRef
-		started := Eventf(false, v1alpha1.ReasonRunCreated, "Deletion held by %s until TeardownRun %s/%s completes",
-			policy.Key{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}, run.Namespace, run.Name)
+		started := p.startedNote(policy.Key{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}.String())
 		p.out.Events = append([]Event{started}, p.out.Events...)
 	}
 	return p.out
@@ -160,6 +171,8 @@ func (p *pass) advance(ctx context.Context) {
 		p.start()
 	}
 	switch {
+	case p.f.BreakGlass != "" && p.twoPhase() && !p.f.TargetDeleting:
+		p.cancel("break glass: " + p.f.BreakGlass)
 	case p.f.BreakGlass != "":
 		p.abandon(p.f.BreakGlass)
 	case p.pipe == nil:
@@ -208,6 +221,9 @@ func (p *pass) start() {
 	st.Phase = v1alpha1.RunRunning
 	now := metav1.NewTime(p.now)
 	st.StartTime = &now
+	if p.twoPhase() {
+		st.RequestedBy = p.f.Requested
+	}
 	if to := p.run.Spec.Pipeline.Timeout; to != nil && to.Duration > 0 {
 		d := metav1.NewMicroTime(p.now.Add(to.Duration))
 		st.Deadline = &d
@@ -241,13 +257,18 @@ func (p *pass) finish(phase v1alpha1.RunPhase, msg string) {
 	fin := p.run.Spec.Finalizer
 	switch {
 	case phase == v1alpha1.RunSucceeded && p.startedRun:
-		p.note(false, v1alpha1.ReasonSucceeded, "Teardown succeeded at once (%s); finalizer %s removed", p.foldStepEvents(), fin)
+		p.note(false, v1alpha1.ReasonSucceeded, "Teardown succeeded at once (%s); %s", p.foldStepEvents(), p.released())
 	case phase == v1alpha1.RunSucceeded:
-		p.note(false, v1alpha1.ReasonSucceeded, "Teardown succeeded; finalizer %s removed", fin)
+		p.note(false, v1alpha1.ReasonSucceeded, "Teardown succeeded; %s", p.released())
 	case phase == v1alpha1.RunAbandoned:
 		p.note(true, v1alpha1.ReasonAbandoned, "Teardown abandoned by %s; finalizer %s removed", st.AbandonedBy, fin)
+	case phase == v1alpha1.RunCancelled:
+		p.note(false, v1alpha1.ReasonCancelled, "Teardown cancelled: %s; the object stays. Request the deletion again to start over", st.CancelledBy)
 	case release:
-		p.note(true, v1alpha1.ReasonFailed, "Teardown failed (%s); failurePolicy Release: finalizer %s removed", msg, fin)
+		p.note(true, v1alpha1.ReasonFailed, "Teardown failed (%s); failurePolicy Release: %s", msg, p.released())
+	case p.twoPhase():
+		p.note(true, v1alpha1.ReasonFailed, "Teardown failed (%s); the object stays as it was, not deleted: fix the cause and annotate run %s with %s to resume at the failed step, or remove annotation %s from the object to withdraw the request",
+			msg, p.run.Name, v1alpha1.AnnotationRetry, v1alpha1.AnnotationDeleteRequested)
 	default:
 		p.note(true, v1alpha1.ReasonFailed, "Teardown failed (%s); failurePolicy Retain keeps the object: fix the cause and annotate run %s with %s to resume at the failed step, or set annotation %s on the object to release it without the rest of the cleanup",
 			msg, p.run.Name, v1alpha1.AnnotationRetry, v1alpha1.AnnotationAbandon)
@@ -264,6 +285,14 @@ func (p *pass) afterFinish() {
 	if st.Phase.Releases(p.run.Spec.Pipeline.FailurePolicy) || p.f.Rejected != nil {
 		return
 	}
+	if st.Phase == v1alpha1.RunCancelled {
+		// Break glass lifted the veto; once the object is deleted, it is let go without a run.
+		if p.f.BreakGlass != "" && p.f.TargetDeleting {
+			st.AbandonedBy = p.f.BreakGlass
+			p.finish(v1alpha1.RunAbandoned, fmt.Sprintf("abandoned after it was cancelled, by %s", p.f.BreakGlass))
+		}
+		return
+	}
 	if p.f.TargetGone {
 		// Nothing is left to hold or to retry: without this the run would count as stuck forever.
 		st.AbandonedBy = "the target was deleted without this run: its finalizer was removed by someone else"
@@ -271,6 +300,10 @@ func (p *pass) afterFinish() {
 		return
 	}
 	if p.f.BreakGlass == "" {
+		return
+	}
+	if p.twoPhase() && !p.f.TargetDeleting {
+		p.cancel("break glass: " + p.f.BreakGlass)
 		return
 	}
 	st.AbandonedBy = p.f.BreakGlass

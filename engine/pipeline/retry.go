@@ -36,6 +36,8 @@ func (p *pass) retryRequest(value string) bool {
 		return refuse("the object is gone")
 	case p.f.BreakGlass != "":
 		return refuse("the object is being released by " + p.f.BreakGlass)
+	case p.twoPhase() && p.f.Requested == "":
+		return refuse("the delete request was withdrawn: request the deletion again to start over")
 	}
 	from := resumeIndex(p.run)
 	if from < 0 {
@@ -84,31 +86,38 @@ func resumeIndex(run *v1alpha1.TeardownRun) int {
 	return -1
 }
 
-// resume resets the run from step index from onward and records the retry. Attempt numbers go
-// on from the last one, so a new attempt never finds the Job of an old one under its name.
+// resume resets the run from step index from onward and records the retry.
 func (p *pass) resume(from int, value string) {
 	st := &p.run.Status
-	failure := st.Message
-	for i := from; i < len(st.Steps); i++ {
-		ss := &st.Steps[i]
-		*ss = v1alpha1.StepStatus{Name: ss.Name, Phase: v1alpha1.StepPending, Attempts: ss.Attempts}
-	}
 	who := quoteRequest(value)
 	if p.f.RetryBy != "" {
 		who += ", set by field manager " + p.f.RetryBy
 	}
-	now := metav1.NewTime(p.now)
-	st.Retries++
-	st.LastRetry = &v1alpha1.RunRetry{Time: now, RequestedBy: who, RequestedAt: p.f.RetryAt, FromStep: st.Steps[from].Name, Failure: failure}
-	st.Phase, st.CompletionTime, st.CurrentStep = v1alpha1.RunRunning, nil, st.Steps[from].Name
+	failure := p.reset(from, who, p.f.RetryAt)
 	st.Message = fmt.Sprintf("retry %d: resuming at step %s", st.Retries, st.Steps[from].Name)
-	if to := p.run.Spec.Pipeline.Timeout; to != nil && to.Duration > 0 {
-		d := metav1.NewMicroTime(p.now.Add(to.Duration))
-		st.Deadline = &d // the pipeline's bound starts again, or a timed-out run would fail at once
-	}
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{LastTransitionTime: metav1.NewTime(p.now), Type: v1alpha1.ConditionComplete, Status: metav1.ConditionFalse,
 		Reason: v1alpha1.ReasonRunRetried, Message: st.Message, ObservedGeneration: p.run.Generation})
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{LastTransitionTime: metav1.NewTime(p.now), Type: v1alpha1.ConditionFailed, Status: metav1.ConditionFalse,
 		Reason: v1alpha1.ReasonRunRetried, Message: "retried after: " + failure, ObservedGeneration: p.run.Generation})
 	p.note(false, v1alpha1.ReasonRetried, "Teardown retried by %s: resuming at step %s (it had failed: %s)", who, st.Steps[from].Name, failure)
+}
+
+// reset makes the run run again from step index from onward, counting and recording it as a
+// retry asked by who at at; it returns what the run had ended with. Attempt numbers go on from
+// the last one, so a new attempt never finds the Job of an old one under its name.
+func (p *pass) reset(from int, who string, at *metav1.Time) (failure string) {
+	st := &p.run.Status
+	failure = st.Message
+	for i := from; i < len(st.Steps); i++ {
+		ss := &st.Steps[i]
+		*ss = v1alpha1.StepStatus{Name: ss.Name, Phase: v1alpha1.StepPending, Attempts: ss.Attempts}
+	}
+	st.Retries++
+	st.LastRetry = &v1alpha1.RunRetry{Time: metav1.NewTime(p.now), RequestedBy: who, RequestedAt: at, FromStep: st.Steps[from].Name, Failure: failure}
+	st.Phase, st.CompletionTime, st.CurrentStep = v1alpha1.RunRunning, nil, st.Steps[from].Name
+	if to := p.run.Spec.Pipeline.Timeout; to != nil && to.Duration > 0 {
+		d := metav1.NewMicroTime(p.now.Add(to.Duration))
+		st.Deadline = &d // the pipeline's bound starts again, or a timed-out run would fail at once
+	}
+	return failure
 }

@@ -41,7 +41,14 @@ func readsRunUID(step *v1alpha1.Step) bool {
 }
 
 // RecordsEveryRun reports whether every deletion leaves a TeardownRun (spec.runHistory Always,
-// the default), rather than only those that do not succeed in their first pass.
+// the default), rather than only those that do not succeed in their first pass. A two-phase run
+// is always recorded: the deletion it makes must find it, or the pipeline would run again.
 func (c *Compiled) RecordsEveryRun() bool {
-	return c.Spec == nil || c.Spec.RunHistory != v1alpha1.RunHistoryOnFailure
+	return c.Spec == nil || c.Spec.RunHistory != v1alpha1.RunHistoryOnFailure || c.TwoPhase()
+}
+
+// TwoPhase reports whether the policy runs its pipeline on a delete request, before the DELETE
+// (spec.trigger DeleteRequest).
+func (c *Compiled) TwoPhase() bool {
+	return c.Spec != nil && c.Spec.Trigger == v1alpha1.TriggerDeleteRequest
 }

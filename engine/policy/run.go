@@ -43,6 +43,9 @@ func (c *Compiled) NewRun(gvk schema.GroupVersionKind, obj metav1.Object, snapsh
 	if c.Key.Namespaced() {
 		run.Labels[v1alpha1.LabelPolicyNamespace] = c.Key.Namespace
 	}
+	if c.TwoPhase() {
+		run.Spec.Trigger = v1alpha1.TriggerDeleteRequest
+	}
 	return run
 }
 

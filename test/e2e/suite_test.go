@@ -87,6 +87,15 @@ func buildBinary(pkg string) string {
 
 // startOperator runs the operator binary against the cluster.
 func startOperator() {
+	startOperatorWith(kubeconfig)
+}
+
+// operatorKubeconfig is the kubeconfig the running operator was started with.
+var operatorKubeconfig string
+
+// startOperatorWith runs the operator binary with the given kubeconfig.
+func startOperatorWith(kubeconfig string) {
+	operatorKubeconfig = kubeconfig
 	operator = exec.Command(operatorBin, "--kubeconfig", kubeconfig, "--run-namespace", runNamespace,
 		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0")
 	operator.Stdout, operator.Stderr = &opLog, &opLog

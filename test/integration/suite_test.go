@@ -118,6 +118,25 @@ func restartOperatorWith(edit func(*engine.Options)) {
 
 // startOperatorWith starts the operator with the suite's options changed by edit.
 func startOperatorWith(edit func(*engine.Options)) func() {
+	return startOperatorOn(cfg, edit)
+}
+
+// restartOperatorAsServiceAccount restarts the operator, for the rest of the spec (or ordered
+// container), as the service account an install gives it, bound to the shipped ClusterRole: the
+// identity the deletion-guard admission policy exempts, with no more rights than an install has.
+func restartOperatorAsServiceAccount(ctx context.Context) {
+	GinkgoHelper()
+	Expect(framework.BindOperatorRole(ctx, k8s, filepath.Join("..", ".."), framework.OperatorNamespace, framework.OperatorName)).To(Succeed())
+	stopOperator()
+	stopOperator = startOperatorOn(framework.AsOperator(cfg), func(*engine.Options) {})
+	DeferCleanup(func() {
+		stopOperator()
+		stopOperator = startOperator()
+	})
+}
+
+// startOperatorOn starts the operator on the API server cfg names, as the user it names.
+func startOperatorOn(cfg *rest.Config, edit func(*engine.Options)) func() {
 	opts := engine.Options{
 		RunNamespace: runNamespace, TargetWorkers: 4, RunWorkers: 4, StuckAfter: stuckAfter, Resync: time.Hour,
 	}

@@ -1,0 +1,55 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+)
+
+// The service account config/default gives the operator, which the deletion-guard admission
+// policy (config/admission) exempts.
+const (
+	OperatorNamespace = "teardown-system"
+	OperatorName      = "teardown-operator"
+)
+
+// OperatorUser is the user name of the operator's service account.
+func OperatorUser() string {
+	return fmt.Sprintf("system:serviceaccount:%s:%s", OperatorNamespace, OperatorName)
+}
+
+// AsOperator returns a copy of cfg that acts as the operator's service account (impersonation),
+// as the operator does once installed.
+func AsOperator(cfg *rest.Config) *rest.Config {
+	as := rest.CopyConfig(cfg)
+	as.Impersonate = rest.ImpersonationConfig{UserName: OperatorUser(),
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + OperatorNamespace, "system:authenticated"}}
+	return as
+}
+
+// BindOperatorRole creates the operator's ClusterRole from config/rbac/role.yaml and binds it to
+// the service account namespace/name, as an install would; existing ones are kept.
+func BindOperatorRole(ctx context.Context, c client.Client, root, namespace, name string) error {
+	raw, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
+	if err != nil {
+		return err
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.UnmarshalStrict(raw, role); err != nil {
+		return fmt.Errorf("config/rbac/role.yaml: %w", err)
+	}
+	if err := client.IgnoreAlreadyExists(c.Create(ctx, role)); err != nil {
+		return err
+	}
+	binding := &rbacv1.ClusterRoleBinding{}
+	binding.Name = role.Name
+	binding.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}
+	binding.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: name}}
+	return client.IgnoreAlreadyExists(c.Create(ctx, binding))
+}

@@ -1,0 +1,263 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+)
+
+// racingController stands for the controller of a kind that acts the moment deletion starts
+// (ACK, Strimzi, Zalando): it ignores finalizers and destroys the external resource as soon as
+// it sees a deletionTimestamp. It records when it did.
+type racingController struct {
+	mu        sync.Mutex
+	destroyed map[string]time.Time
+	stop      func()
+}
+
+func startRacingController(ns string) *racingController {
+	GinkgoHelper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	w, err := cs.CoreV1().ConfigMaps(ns).Watch(context.Background(), metav1.ListOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	rc := &racingController{destroyed: map[string]time.Time{}, stop: w.Stop}
+	go func() {
+		for ev := range w.ResultChan() {
+			cm, ok := ev.Object.(*corev1.ConfigMap)
+			if !ok || ev.Type == watch.Error || cm.DeletionTimestamp == nil && ev.Type != watch.Deleted {
+				continue
+			}
+			rc.mu.Lock()
+			if _, done := rc.destroyed[cm.Name]; !done {
+				rc.destroyed[cm.Name] = time.Now()
+			}
+			rc.mu.Unlock()
+		}
+	}()
+	DeferCleanup(w.Stop)
+	return rc
+}
+
+// destroyedAt is when the controller saw the object being deleted; zero if it has not.
+func (rc *racingController) destroyedAt(name string) time.Time {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.destroyed[name]
+}
+
+// twoPhasePolicy is a DeleteRequest policy: a backup over http, then a wait.
+func twoPhasePolicy(ns, name string, settle time.Duration) *v1alpha1.TeardownPolicy {
+	p := namespacedPolicy(ns, name,
+		httpStep("backup", v1alpha1.HTTPStep{Method: "POST", URL: api.url(ns, "/backup/${object.metadata.name}")}),
+		waitStep("settle", settle))
+	p.Spec.Trigger = v1alpha1.TriggerDeleteRequest
+	return p
+}
+
+// requestDelete annotates obj teardown.dev/delete-requested.
+func requestDelete(ctx context.Context, obj client.Object, value string) {
+	GinkgoHelper()
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	ann := obj.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[v1alpha1.AnnotationDeleteRequested] = value
+	obj.SetAnnotations(ann)
+	Expect(k8s.Patch(ctx, obj, patch)).To(Succeed())
+}
+
+// withdrawDelete removes the delete request from obj.
+func withdrawDelete(ctx context.Context, obj client.Object) {
+	GinkgoHelper()
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	ann := obj.GetAnnotations()
+	delete(ann, v1alpha1.AnnotationDeleteRequested)
+	obj.SetAnnotations(ann)
+	Expect(k8s.Patch(ctx, obj, patch)).To(Succeed())
+}
+
+// alive reads obj and reports that it exists and is not being deleted.
+func alive(ctx context.Context, obj client.Object) {
+	GinkgoHelper()
+	live := &corev1.ConfigMap{}
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(obj), live)).To(Succeed())
+	Expect(live.DeletionTimestamp).To(BeNil(), "the object must not be terminating")
+}
+
+var _ = Describe("Two-phase delete (trigger DeleteRequest)", Ordered, func() {
+	ctx := context.Background()
+
+	BeforeAll(func() {
+		installDeletionGuardPolicy(ctx)
+		restartOperatorAsServiceAccount(ctx)
+	})
+
+	It("refuses a plain delete, runs the steps with the object alive on request, then deletes it", func() {
+		ns := newNamespace(ctx)
+		racer := startRacingController(ns)
+		var backedUp atomic.Int64 // when the backup was taken, in unix nanoseconds
+		api.handle(ns, func(w http.ResponseWriter, r *http.Request) {
+			backedUp.CompareAndSwap(0, time.Now().UnixNano())
+			w.WriteHeader(http.StatusOK)
+		})
+		p := twoPhasePolicy(ns, "export", 2*time.Second)
+		cm := protect(ctx, p, "orders")
+		Eventually(func() map[string]string { return labelsOf(ctx, cm) }, 10*time.Second).
+			Should(HaveKeyWithValue(v1alpha1.LabelDeletionGuard, v1alpha1.GuardDenyAlways))
+
+		By("a plain delete is refused, saying how to request it")
+		Eventually(func() error { return k8s.Delete(ctx, cm, client.DryRunAll) }, 10*time.Second).
+			Should(MatchError(ContainSubstring("kubectl teardown delete configmap/orders --reason")))
+		err := k8s.Delete(ctx, cm)
+		Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring(v1alpha1.AnnotationDeleteRequested))
+		alive(ctx, cm)
+
+		By("a request runs the steps while the object is alive")
+		requestDelete(ctx, cm, "alice: decommissioned")
+		Eventually(stepPhase(ctx, cm, "settle"), 10*time.Second).Should(Equal(v1alpha1.StepRunning))
+		Expect(stepPhase(ctx, cm, "backup")()).To(Equal(v1alpha1.StepSucceeded))
+		alive(ctx, cm)
+		Expect(racer.destroyedAt(cm.Name).IsZero()).To(BeTrue(), "the object's controller saw a deletion before the steps succeeded")
+		run := runFor(ctx, cm)()
+		Expect(run.Spec.Trigger).To(Equal(v1alpha1.TriggerDeleteRequest))
+		Expect(run.Status.RequestedBy).To(ContainSubstring(`"alice: decommissioned"`))
+
+		By("once the steps succeeded the operator deletes it, and only then does its controller act")
+		Eventually(gone(ctx, cm), 15*time.Second).Should(BeTrue())
+		Eventually(func() time.Time { return racer.destroyedAt(cm.Name) }, 5*time.Second).ShouldNot(BeZero())
+		done := runFor(ctx, cm)()
+		Expect(done.Status.Phase).To(Equal(v1alpha1.RunSucceeded))
+		settled := done.Status.Step("settle").CompletionTime.Time
+		Expect(racer.destroyedAt(cm.Name)).To(BeTemporally(">=", settled.Truncate(time.Second)))
+		Expect(time.Unix(0, backedUp.Load())).To(BeTemporally("<", racer.destroyedAt(cm.Name)))
+		Expect(eventReasons(ctx, done)()).To(ContainElements(v1alpha1.ReasonDeleteRequested, v1alpha1.ReasonSucceeded))
+	})
+
+	It("leaves the object untouched when the pipeline fails, resumes on retry, and deletes it then", func() {
+		ns := newNamespace(ctx)
+		var fixed atomic.Bool
+		api.handle(ns, func(w http.ResponseWriter, r *http.Request) {
+			if !fixed.Load() {
+				http.Error(w, "backup service down", http.StatusServiceUnavailable)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+		})
+		p := twoPhasePolicy(ns, "export", 0)
+		p.Spec.Steps[0].Retry = &v1alpha1.RetryPolicy{Limit: 0}
+		cm := protect(ctx, p, "orders")
+		requestDelete(ctx, cm, "bob: cleanup")
+		Eventually(runPhase(ctx, cm), 10*time.Second).Should(Equal(v1alpha1.RunFailed))
+		Consistently(func(g Gomega) {
+			live := &corev1.ConfigMap{}
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), live)).To(Succeed())
+			g.Expect(live.DeletionTimestamp).To(BeNil())
+			g.Expect(live.Labels).To(HaveKeyWithValue(v1alpha1.LabelDeletionGuard, v1alpha1.GuardDenyAlways))
+		}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+		Expect(eventReasons(ctx, cm)()).To(ContainElement(v1alpha1.ReasonFailed))
+
+		fixed.Store(true)
+		annotateRun(ctx, cm, v1alpha1.AnnotationRetry, "bob: backup service is back")
+		Eventually(gone(ctx, cm), 15*time.Second).Should(BeTrue())
+		Expect(runFor(ctx, cm)().Status.Retries).To(Equal(int32(1)))
+	})
+
+	It("cancels the run when the request is withdrawn, and starts over on a new request", func() {
+		ns := newNamespace(ctx)
+		api.handle(ns, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+		p := twoPhasePolicy(ns, "export", time.Hour)
+		cm := protect(ctx, p, "orders")
+		requestDelete(ctx, cm, "carol: by mistake")
+		Eventually(stepPhase(ctx, cm, "settle"), 10*time.Second).Should(Equal(v1alpha1.StepRunning))
+
+		withdrawDelete(ctx, cm)
+		Eventually(runPhase(ctx, cm), 10*time.Second).Should(Equal(v1alpha1.RunCancelled))
+		run := runFor(ctx, cm)()
+		Expect(run.Status.CancelledBy).To(ContainSubstring("withdrawn"))
+		Expect(run.Status.Step("settle").Phase).To(Equal(v1alpha1.StepSkipped))
+		alive(ctx, cm)
+		Expect(labelsOf(ctx, cm)).To(HaveKeyWithValue(v1alpha1.LabelDeletionGuard, v1alpha1.GuardDenyAlways))
+		Expect(eventReasons(ctx, cm)()).To(ContainElement(v1alpha1.ReasonCancelled))
+		backups := api.calls(ns, "POST /"+ns+"/backup/orders")()
+		Expect(backups).To(Equal(1))
+
+		By("a new request starts over from the first step, with a fresh Idempotency-Key")
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
+		requestDelete(ctx, cm, "carol: for real this time")
+		Eventually(api.calls(ns, "POST /"+ns+"/backup/orders"), 10*time.Second).Should(Equal(2))
+		reqs := api.requests(ns)
+		Expect(reqs[0].Header.Get("Idempotency-Key")).NotTo(Equal(reqs[1].Header.Get("Idempotency-Key")))
+		Eventually(func() string { return runFor(ctx, cm)().Status.RequestedBy }, 10*time.Second).
+			Should(ContainSubstring("for real this time"))
+		Expect(runPhase(ctx, cm)()).To(Equal(v1alpha1.RunRunning))
+		alive(ctx, cm)
+	})
+
+	It("lifts the veto when someone breaks glass, so that a plain delete releases the object without its steps", func() {
+		ns := newNamespace(ctx)
+		api.handle(ns, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+		p := twoPhasePolicy(ns, "export", time.Hour)
+		cm := protect(ctx, p, "orders")
+		requestDelete(ctx, cm, "dave: go")
+		Eventually(stepPhase(ctx, cm, "settle"), 10*time.Second).Should(Equal(v1alpha1.StepRunning))
+		update(ctx, cm, func(c *corev1.ConfigMap) { c.Annotations[v1alpha1.AnnotationAbandon] = "dave: the backup service is gone for good" })
+		Eventually(runPhase(ctx, cm), 10*time.Second).Should(Equal(v1alpha1.RunCancelled))
+		Eventually(func() map[string]string { return labelsOf(ctx, cm) }, 10*time.Second).ShouldNot(HaveKey(v1alpha1.LabelDeletionGuard))
+		alive(ctx, cm)
+		Expect(k8s.Delete(ctx, cm)).To(Succeed())
+		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
+		Expect(runFor(ctx, cm)().Status.Phase).To(Equal(v1alpha1.RunAbandoned))
+	})
+
+	It("kubectl teardown delete requests the deletion, waits until the object is gone, and withdraws a request", func() {
+		cliKubeconfig = writeKubeconfig(cfg)
+		ns := newNamespace(ctx)
+		api.handle(ns, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+		p := twoPhasePolicy(ns, "export", time.Second)
+		cm := protect(ctx, p, "orders")
+		stdout, stderr, code := kubectlTeardown("delete", "configmap/orders", "-n", ns, "--reason", "erin: retired")
+		Expect(code).To(Equal(0), stderr)
+		Expect(stdout).To(ContainSubstring(`annotated teardown.dev/delete-requested="erin: retired"`))
+		Expect(stdout).To(MatchRegexp(`teardownrun %s/orders-\w+ is Succeeded`, ns))
+		Expect(stdout).To(ContainSubstring("deleted"))
+		Expect(gone(ctx, cm)()).To(BeTrue())
+
+		By("--withdraw cancels; --wait=false returns once requested")
+		slow := protect(ctx, twoPhasePolicy(ns, "slow", time.Hour), "slow")
+		_, stderr, code = kubectlTeardown("delete", "configmap/slow", "-n", ns, "--reason", "erin: maybe", "--wait=false")
+		Expect(code).To(Equal(0), stderr)
+		Eventually(stepPhase(ctx, slow, "settle"), 10*time.Second).Should(Equal(v1alpha1.StepRunning))
+		stdout, stderr, code = kubectlTeardown("delete", "configmap/slow", "-n", ns, "--withdraw")
+		Expect(code).To(Equal(0), stderr)
+		Expect(stdout).To(ContainSubstring("delete request withdrawn"))
+		Eventually(runPhase(ctx, slow), 10*time.Second).Should(Equal(v1alpha1.RunCancelled))
+		alive(ctx, slow)
+
+		By("an object no two-phase policy protects is refused, naming why")
+		plain := configMap(ns, "plain", nil)
+		Expect(k8s.Create(ctx, plain)).To(Succeed())
+		_, stderr, code = kubectlTeardown("delete", "configmap/plain", "-n", ns, "--reason", "erin")
+		Expect(code).To(Equal(2))
+		expectOneLineError(stderr, "not protected by a policy with trigger DeleteRequest")
+		_, stderr, code = kubectlTeardown("delete", "configmap/orders", "-n", ns)
+		Expect(code).To(Equal(2))
+		expectOneLineError(stderr, "--reason is required")
+	})
+})
