@@ -17,6 +17,7 @@ import (
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/internal/lookup"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -31,11 +32,22 @@ type planReport struct {
 }
 
 type policyReport struct {
-	Policy    string       `json:"policy"`
-	Protects  bool         `json:"protects"`
-	Why       string       `json:"why,omitempty"`
-	Finalizer string       `json:"finalizer,omitempty"`
-	Steps     []stepReport `json:"steps,omitempty"`
+	Policy    string `json:"policy"`
+	Protects  bool   `json:"protects"`
+	Why       string `json:"why,omitempty"`
+	Finalizer string `json:"finalizer,omitempty"`
+	// Trigger is DeleteRequest for a two-phase policy: its pipeline runs before the DELETE.
+	Trigger       string       `json:"trigger,omitempty"`
+	DeletionGuard *planGuard   `json:"deletionGuard,omitempty"`
+	Steps         []stepReport `json:"steps,omitempty"`
+}
+
+// planGuard is a deletion guard's verdict on the object now.
+type planGuard struct {
+	Deny    string `json:"deny"`
+	Holds   bool   `json:"holds"`
+	Message string `json:"message,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 type stepReport struct {
@@ -147,6 +159,12 @@ func (r *root) planPolicy(ctx context.Context, compiler *policy.Compiler, v poli
 	if c.Suspended {
 		pr.Why = "the policy is suspended: deleting the object would not run this pipeline"
 	}
+	if c.TwoPhase() {
+		pr.Trigger = string(v1alpha1.TriggerDeleteRequest)
+	}
+	if c.Guard != nil {
+		pr.DeletionGuard = r.evaluateGuard(ctx, c, t)
+	}
 	pr.Steps = planSteps(ctx, c, t)
 	if v.Key.Namespaced() {
 		r.kube.checkDestinations(pr.Steps)
@@ -196,6 +214,23 @@ func planSteps(ctx context.Context, c *policy.Compiled, t *target) []stepReport 
 	return out
 }
 
+// evaluateGuard evaluates a policy's deletion guard on the object, its lookups read live, as the
+// operator does before publishing its verdict.
+func (r *root) evaluateGuard(ctx context.Context, c *policy.Compiled, t *target) *planGuard {
+	gr := &planGuard{Deny: c.Spec.DeletionGuard.Deny}
+	policyNS := ""
+	if c.Key.Namespaced() {
+		policyNS = c.Key.Namespace
+	}
+	v, err := c.Guard.Evaluate(ctx, lookup.NewAPILister(r.kube.client, r.kube.mapper), t.Object.Object, t.Object.GetNamespace(), policyNS)
+	if err != nil {
+		gr.Error = err.Error()
+		return gr
+	}
+	gr.Holds, gr.Message = v.Deny, v.Message
+	return gr
+}
+
 // readsSteps reports whether a step's fields read earlier steps' results, which a plan does not
 // have.
 func readsSteps(s *policy.Step) bool {
@@ -228,6 +263,7 @@ func printPlan(w io.Writer, rep *planReport) {
 			verdict += " (" + p.Why + ")"
 		}
 		fmt.Fprintf(w, "\n%s %s\n", p.Policy, verdict)
+		printVeto(w, p)
 		for i, s := range p.Steps {
 			fmt.Fprintf(w, "  %d. %s (%s): %s\n", i+1, s.Name, s.Kind, s.Summary)
 			if s.Guard != "" {
@@ -248,6 +284,24 @@ func printPlan(w io.Writer, rep *planReport) {
 	fmt.Fprintf(w, "\ndelete: %s\n", rep.Delete)
 	if rep.Note != "" {
 		fmt.Fprintf(w, "note: %s\n", rep.Note)
+	}
+}
+
+// printVeto says what refuses the object's deletion before it starts: a two-phase trigger, a
+// deletion guard's verdict now.
+func printVeto(w io.Writer, p policyReport) {
+	if p.Trigger != "" {
+		fmt.Fprintf(w, "  trigger DeleteRequest: a plain delete is refused; the pipeline runs on a request (kubectl teardown delete), then the operator deletes the object\n")
+	}
+	g := p.DeletionGuard
+	switch {
+	case g == nil:
+	case g.Error != "":
+		fmt.Fprintf(w, "  deletion guard %s: cannot be evaluated now (%s); the operator keeps the object's last verdict\n", g.Deny, g.Error)
+	case g.Holds:
+		fmt.Fprintf(w, "  deletion guard %s: holds, a delete is refused: %s\n", g.Deny, g.Message)
+	default:
+		fmt.Fprintf(w, "  deletion guard %s: does not hold\n", g.Deny)
 	}
 }
 

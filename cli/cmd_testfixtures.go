@@ -29,7 +29,8 @@ func (r *root) testCommand() *cobra.Command {
 the policy it names is checked against its CRD schema, compiled and run by the operator's own
 pipeline and step kinds against the test's object and scripted world (http answers, Job outcomes,
 lookup results), on a virtual clock, with nothing sent or created outside the process. Each test
-passes when the run ends as it expects (phase, steps, outputs, requests sent, Jobs created).
+passes when the run ends as it expects (phase, steps, outputs, requests sent, Jobs created) and,
+when it says so, the policy's deletion guard gives the verdict it expects.
 docs/cli.md has the schema.
 
 Exit status: 0 all passed, 1 a test failed, 2 usage error or a broken test (no tests, unreadable
@@ -103,12 +104,23 @@ func (r *root) printTestResult(res *fixture.Result, verbose bool) {
 	if !res.Passed {
 		verdict = "FAIL"
 	}
-	detail := ""
+	var details []string
+	if g := res.Guard; g != nil {
+		if g.Deny {
+			details = append(details, fmt.Sprintf("guard denies: %s", firstLineOf(g.Message)))
+		} else {
+			details = append(details, "guard allows")
+		}
+	}
 	switch {
 	case res.Run != nil:
-		detail = fmt.Sprintf(": run %s after %s (virtual time)", res.Run.Status.Phase, res.Elapsed.Round(time.Second))
+		details = append(details, fmt.Sprintf("run %s after %s (virtual time)", res.Run.Status.Phase, res.Elapsed.Round(time.Second)))
 	case res.NotProtected != "":
-		detail = ": not protected: " + res.NotProtected
+		details = append(details, "not protected: "+res.NotProtected)
+	}
+	detail := ""
+	if len(details) > 0 {
+		detail = ": " + strings.Join(details, "; ")
 	}
 	fmt.Fprintf(out, "%s  %s (%s)%s\n", verdict, res.Test.Name(), res.Test.File(), detail)
 	for _, f := range res.Failures {
@@ -123,13 +135,20 @@ func (r *root) printTestResult(res *fixture.Result, verbose bool) {
 
 // testReport is a test's result as -o json prints it.
 type testReport struct {
-	Name     string   `json:"name"`
-	File     string   `json:"file"`
-	Passed   bool     `json:"passed"`
-	Failures []string `json:"failures"`
-	Phase    string   `json:"phase,omitempty"`
-	Elapsed  string   `json:"virtualElapsed,omitempty"`
-	Steps    any      `json:"steps,omitempty"`
+	Name     string       `json:"name"`
+	File     string       `json:"file"`
+	Passed   bool         `json:"passed"`
+	Failures []string     `json:"failures"`
+	Phase    string       `json:"phase,omitempty"`
+	Elapsed  string       `json:"virtualElapsed,omitempty"`
+	Steps    any          `json:"steps,omitempty"`
+	Guard    *guardReport `json:"guard,omitempty"`
+}
+
+// guardReport is the deletion guard's verdict, when the test checks it.
+type guardReport struct {
+	Deny    bool   `json:"deny"`
+	Message string `json:"message,omitempty"`
 }
 
 func (r *root) printTestJSON(results []*fixture.Result) error {
@@ -141,6 +160,9 @@ func (r *root) printTestJSON(results []*fixture.Result) error {
 		}
 		if res.Run != nil {
 			rep.Phase, rep.Elapsed, rep.Steps = string(res.Run.Status.Phase), res.Elapsed.String(), res.Run.Status.Steps
+		}
+		if res.Guard != nil {
+			rep.Guard = &guardReport{Deny: res.Guard.Deny, Message: res.Guard.Message}
 		}
 		reports = append(reports, rep)
 	}

@@ -52,6 +52,8 @@ func (e *Engine) setupPolicies(mgr manager.Manager) error {
 			// folded to one a second (see recount).
 			For(obj, builder.WithPredicates(specOrLifecycleChanged)).
 			Watches(&v1alpha1.TeardownRun{}, e.recountOnRuns(kind)).
+			WatchesMetadata(metaRef(admissionPolicyGVK, "", ""), handler.EnqueueRequestsFromMapFunc(e.policiesThatVeto(kind))).
+			WatchesMetadata(metaRef(admissionBindingGVK, "", ""), handler.EnqueueRequestsFromMapFunc(e.policiesThatVeto(kind))).
 			WatchesRawSource(e.wake.policies[kind].source()).
 			WithOptions(controller.Options{MaxConcurrentReconciles: policyWorkers}).
 			Complete(requeueConflicts[reconcile.Request](r))

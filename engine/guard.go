@@ -14,7 +14,6 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
-	"github.com/teardown-dev/teardown-operator/internal/lookup"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -77,29 +76,19 @@ func (r *targetReconciler) guards(ctx context.Context, key TargetKey, obj *metav
 
 // evaluateGuard evaluates one policy's guard on the full object.
 func (r *targetReconciler) evaluateGuard(ctx context.Context, p *policy.Compiled, key TargetKey, full map[string]any) (bool, string, []steps.WatchTarget, error) {
-	vars := policy.ObjectVars(full)
-	where := lookup.Where{TargetNamespace: key.Namespace}
+	policyNS := ""
 	if p.Key.Namespaced() {
-		where.PolicyNamespace = p.Key.Namespace
+		policyNS = p.Key.Namespace
 	}
-	var watch []steps.WatchTarget
-	for _, l := range p.Guard.Lookups {
-		items, t, err := l.Resolve(ctx, r.lister, vars, where)
+	v, err := p.Guard.Evaluate(ctx, r.lister, full, key.Namespace, policyNS)
+	watch := make([]steps.WatchTarget, 0, len(v.Watch))
+	for _, t := range v.Watch {
 		watch = append(watch, steps.WatchTarget{GVK: t.GVK, Namespace: t.Namespace})
-		if err != nil {
-			return false, "", watch, fmt.Errorf("lookup %s: %w", l.Name, err)
-		}
-		vars[l.Name] = items
 	}
-	deny, err := p.Guard.Deny.EvalBool(ctx, vars)
-	if err != nil || !deny {
+	if err != nil || !v.Deny {
 		return false, "", watch, err
 	}
-	msg, err := p.Guard.Message.Render(ctx, vars)
-	if err != nil {
-		return false, "", watch, fmt.Errorf("message: %w", err)
-	}
-	return true, fmt.Sprintf("%s: %s", p.Key, truncate(msg, maxGuardMessage)), watch, nil
+	return true, fmt.Sprintf("%s: %s", p.Key, truncate(v.Message, maxGuardMessage)), watch, nil
 }
 
 // maxGuardMessage bounds one guard's rendered message (an interpolation may render a long list),

@@ -282,6 +282,7 @@ func (r *policyReconciler) writeStatus(ctx context.Context, v policy.View, cache
 		}
 	}
 	r.metrics.protected.WithLabelValues(v.Key.String()).Set(float64(st.Protected))
+	r.setVetoEnforced(ctx, v)
 	origView, _ := policy.ViewOf(cached)
 	if equality.Semantic.DeepEqual(*origView.Status, *st) {
 		return res, nil

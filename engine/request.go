@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -137,7 +138,13 @@ func (r *runReconciler) deleteTarget(ctx context.Context, run *v1alpha1.Teardown
 	}
 	// Background: the object goes first, its dependents after it, so nothing it owns races the end
 	// of its pipeline either.
-	err := r.client.Delete(ctx, metaRef(gvk, t.Namespace, t.Name), client.Preconditions{UID: &t.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	// Unstructured, not metadata: the API server answers a DELETE that finalizers hold with the
+	// whole object, which the metadata client cannot decode for a kind outside the scheme.
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(gvk)
+	obj.SetNamespace(t.Namespace)
+	obj.SetName(t.Name)
+	err := r.client.Delete(ctx, obj, client.Preconditions{UID: &t.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	switch {
 	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err): // gone, or another object by now
 		return nil

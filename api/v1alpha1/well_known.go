@@ -77,6 +77,10 @@ const (
 	ConditionReady = "Ready"
 	// ConditionComplete is True once a run's phase is final.
 	ConditionComplete = "Complete"
+	// ConditionVetoEnforced is a policy's with a deletion guard or trigger DeleteRequest: True
+	// while the ValidatingAdmissionPolicy that refuses vetoed DELETEs (AdmissionPolicyName) and
+	// its binding are installed; False while verdicts are published and nothing enforces them.
+	ConditionVetoEnforced = "VetoEnforced"
 	// ConditionFailed is True on a run whose pipeline failed; it stays True if the run is then
 	// abandoned, so the failure does not disappear from view.
 	ConditionFailed = "Failed"
@@ -90,6 +94,16 @@ const (
 	ReasonKindNotServed = "TargetKindNotServed"
 	ReasonInvalidTarget = "InvalidTarget"
 	ReasonReleasing     = "ReleasingTargets"
+)
+
+// The admission policy that enforces deletion guards and two-phase vetoes, and the reasons of a
+// policy's VetoEnforced condition.
+const (
+	// AdmissionPolicyName names the ValidatingAdmissionPolicy and its binding (config/admission).
+	AdmissionPolicyName       = "teardown.dev-deletion-guard"
+	ReasonAdmissionInstalled  = "AdmissionPolicyInstalled"
+	ReasonAdmissionMissing    = "AdmissionPolicyMissing"
+	ReasonAdmissionUnverified = "AdmissionPolicyUnverified"
 )
 
 // Reasons of a run's Failed condition (besides ReasonStepFailed and ReasonPipelineTimedOut).

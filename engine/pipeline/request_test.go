@@ -53,7 +53,9 @@ func TestTwoPhase(t *testing.T) {
 		{name: "a new request starts over", then: func(f *Facts) { f.Requested = request },
 			want: "Running backup=Succeeded settle=Running", event: v1alpha1.ReasonStepStarted},
 		{name: "cancelled, then deleted after break glass", edit: func(_ *v1alpha1.TeardownRun, f *Facts) { f.BreakGlass, f.Requested = "carol", "x" },
-			then: func(f *Facts) { f.BreakGlass, f.Requested, f.TargetDeleting = "carol", "the deletion of the object", true },
+			then: func(f *Facts) {
+				f.BreakGlass, f.Requested, f.TargetDeleting = "carol", "the deletion of the object", true
+			},
 			want: "Abandoned backup=Succeeded settle=Skipped", event: v1alpha1.ReasonAbandoned, by: "break glass: carol"},
 		{name: "cancelled, object gone: stays cancelled", then: func(f *Facts) { f.TargetGone = true },
 			want: "Cancelled backup=Succeeded settle=Skipped", by: Withdrawn},

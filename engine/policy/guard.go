@@ -1,6 +1,9 @@
 package policy
 
 import (
+	"context"
+	"fmt"
+
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
@@ -41,4 +44,36 @@ func (c *Compiler) compileGuard(g *v1alpha1.DeletionGuard, namespace string, pat
 		errs = append(errs, field.Invalid(path.Child("message"), g.Message, err.Error()))
 	}
 	return out, errs
+}
+
+// Verdict is one guard's answer on one object: whether it denies the deletion and its rendered
+// message, and what its lookups read (to be woken when those change).
+type Verdict struct {
+	Deny    bool
+	Message string
+	Watch   []lookup.Target
+}
+
+// Evaluate evaluates the guard on the full object: its lookups read through lister (in the
+// policy's namespace for a TeardownPolicy: policyNamespace), then deny, then the message.
+func (g *Guard) Evaluate(ctx context.Context, lister lookup.Lister, full map[string]any, targetNamespace, policyNamespace string) (Verdict, error) {
+	vars := ObjectVars(full)
+	var v Verdict
+	for _, l := range g.Lookups {
+		items, t, err := l.Resolve(ctx, lister, vars, lookup.Where{TargetNamespace: targetNamespace, PolicyNamespace: policyNamespace})
+		v.Watch = append(v.Watch, t)
+		if err != nil {
+			return v, fmt.Errorf("lookup %s: %w", l.Name, err)
+		}
+		vars[l.Name] = items
+	}
+	deny, err := g.Deny.EvalBool(ctx, vars)
+	if err != nil || !deny {
+		return v, err
+	}
+	if v.Message, err = g.Message.Render(ctx, vars); err != nil {
+		return v, fmt.Errorf("message: %w", err)
+	}
+	v.Deny = true
+	return v, nil
 }

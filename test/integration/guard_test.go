@@ -7,8 +7,10 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -62,12 +64,20 @@ var _ = Describe("Deletion guards", func() {
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(parent), parent)).To(Succeed())
 		Expect(parent.DeletionTimestamp).To(BeNil(), "the object is not being deleted")
 
+		By("kubectl teardown plan shows the guard's verdict now")
+		cliKubeconfig = writeKubeconfig(cfg)
+		stdout, stderr, code := kubectlTeardown("plan", "configmap/prod", "-n", ns)
+		Expect(code).To(Equal(0), stderr)
+		Expect(stdout).To(ContainSubstring("deletion guard size(clusters) > 0: holds, a delete is refused: network prod still has 1 cluster(s)"))
+
 		By("the child goes: the veto is lifted within about a second, and the delete runs the pipeline")
 		Expect(k8s.Delete(ctx, child)).To(Succeed())
 		start := time.Now()
 		Eventually(func() map[string]string { return labelsOf(ctx, parent) }, 5*time.Second, 100*time.Millisecond).
 			ShouldNot(HaveKey(v1alpha1.LabelDeletionGuard))
 		AddReportEntry("veto lifted after", time.Since(start).String())
+		stdout, _, _ = kubectlTeardown("plan", "configmap/prod", "-n", ns)
+		Expect(stdout).To(ContainSubstring("deletion guard size(clusters) > 0: does not hold"))
 		Expect(k8s.Delete(ctx, parent)).To(Succeed())
 		Eventually(gone(ctx, parent), 10*time.Second).Should(BeTrue())
 		Expect(runPhase(ctx, parent)()).To(Equal(v1alpha1.RunSucceeded))
@@ -137,3 +147,35 @@ func labelsOf(ctx context.Context, obj client.Object) map[string]string {
 	}
 	return o.GetLabels()
 }
+
+var _ = Describe("Deletion guards and the admission policy", func() {
+	ctx := context.Background()
+
+	It("report on the policy whether the admission policy that enforces them is installed", func() {
+		installDeletionGuardPolicy(ctx)
+		ns := newNamespace(ctx)
+		p := namespacedPolicy(ns, "guarded", waitStep("settle", 0))
+		p.Spec.DeletionGuard = &v1alpha1.DeletionGuard{Deny: "true", Message: "never"}
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		enforced := func() *metav1.Condition {
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+			return meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionVetoEnforced)
+		}
+		Eventually(enforced, 10*time.Second).Should(HaveField("Reason", v1alpha1.ReasonAdmissionInstalled))
+
+		By("without the binding, the condition says nothing enforces the verdicts")
+		binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.AdmissionPolicyName}}
+		Expect(k8s.Delete(ctx, binding)).To(Succeed())
+		DeferCleanup(installDeletionGuardPolicy, ctx)
+		Eventually(enforced, 10*time.Second).Should(And(HaveField("Status", metav1.ConditionFalse),
+			HaveField("Reason", v1alpha1.ReasonAdmissionMissing), HaveField("Message", ContainSubstring("nothing refuses their deletion"))))
+		installDeletionGuardPolicy(ctx)
+		Eventually(enforced, 10*time.Second).Should(HaveField("Status", metav1.ConditionTrue))
+
+		By("a policy without a guard or a two-phase trigger has no such condition")
+		plain := namespacedPolicy(ns, "plain", waitStep("settle", 0))
+		Expect(k8s.Create(ctx, plain)).To(Succeed())
+		expectReady(ctx, plain, metav1.ConditionTrue)
+		Expect(meta.FindStatusCondition(plain.Status.Conditions, v1alpha1.ConditionVetoEnforced)).To(BeNil())
+	})
+})

@@ -34,6 +34,9 @@ var (
 	// exampleCRDs holds the custom resources samples protect that Kubernetes does not serve
 	// (samples/crds/*.yaml).
 	exampleCRDs = filepath.Join(samplesDir, "crds")
+	// upstreamCRDs holds copies of the published CRDs of other projects' operators that samples
+	// protect (CloudNativePG, AWS ACK, Strimzi): test/testdata/crds, each naming its source.
+	upstreamCRDs = filepath.Join("..", "testdata", "crds")
 )
 
 // loadSample reads the objects of one sample file.
@@ -107,9 +110,14 @@ func headerOf(raw []byte) string {
 
 // exampleKinds maps the kinds samples/crds/*.yaml define to their files (samples/crds/x.yaml).
 func exampleKinds() map[schema.GroupVersionKind]string {
-	files, err := filepath.Glob(filepath.Join(exampleCRDs, "*.yaml"))
+	return crdKinds(exampleCRDs, "samples/crds/")
+}
+
+// crdKinds maps the kinds the CRDs in dir define to their files, named prefix + file name.
+func crdKinds(dir, prefix string) map[schema.GroupVersionKind]string {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	Expect(err).NotTo(HaveOccurred())
-	Expect(files).NotTo(BeEmpty(), "no CRDs in %s", exampleCRDs)
+	Expect(files).NotTo(BeEmpty(), "no CRDs in %s", dir)
 	out := map[schema.GroupVersionKind]string{}
 	for _, f := range files {
 		for _, u := range loadSample(f) {
@@ -117,7 +125,7 @@ func exampleKinds() map[schema.GroupVersionKind]string {
 			kind, _, _ := unstructured.NestedString(u.Object, "spec", "names", "kind")
 			versions, _, _ := unstructured.NestedSlice(u.Object, "spec", "versions")
 			for _, v := range versions {
-				out[schema.GroupVersionKind{Group: group, Version: v.(map[string]any)["name"].(string), Kind: kind}] = "samples/crds/" + filepath.Base(f)
+				out[schema.GroupVersionKind{Group: group, Version: v.(map[string]any)["name"].(string), Kind: kind}] = prefix + filepath.Base(f)
 			}
 		}
 	}
@@ -125,8 +133,9 @@ func exampleKinds() map[schema.GroupVersionKind]string {
 }
 
 // expectCRDNamed checks that a sample whose policies target a kind Kubernetes does not serve
-// says so in its header, naming the CRD file in samples/crds that defines it.
-func expectCRDNamed(f string, kinds map[schema.GroupVersionKind]string) {
+// says so in its header: naming the CRD file in samples/crds that defines it, or, for the kind of
+// another project's operator (upstream), its API group, whose operator installs the CRD.
+func expectCRDNamed(f string, kinds, upstream map[schema.GroupVersionKind]string) {
 	raw, err := os.ReadFile(f)
 	Expect(err).NotTo(HaveOccurred())
 	header := headerOf(raw)
@@ -138,6 +147,10 @@ func expectCRDNamed(f string, kinds map[schema.GroupVersionKind]string) {
 		gvk := gv.WithKind(kind)
 		if scheme.Recognizes(gvk) {
 			continue // served by Kubernetes itself
+		}
+		if _, ok := upstream[gvk]; ok {
+			Expect(header).To(ContainSubstring(gvk.Group), "%s targets %s: its header must name the project whose operator serves it", f, gvk)
+			continue
 		}
 		crd, ok := kinds[gvk]
 		Expect(ok).To(BeTrue(), "%s targets %s, which neither Kubernetes nor samples/crds defines", f, gvk)
@@ -159,18 +172,20 @@ var _ = Describe("Samples", func() {
 		panic(err)
 	}
 	BeforeEach(func() {
-		// The kinds samples protect that Kubernetes does not serve.
+		// The kinds samples protect that Kubernetes does not serve: examples of our own, and
+		// the real CRDs of other projects' operators.
 		Expect(framework.InstallCRDs(ctx, k8s, exampleCRDs)).To(Succeed())
+		Expect(framework.InstallCRDs(ctx, k8s, upstreamCRDs)).To(Succeed())
 	})
 
 	It("exist, each opening with a comment that says what it does and which CRD it needs", func() {
 		Expect(files).NotTo(BeEmpty(), "no samples/*.yaml found")
-		kinds := exampleKinds()
+		kinds, upstream := exampleKinds(), crdKinds(upstreamCRDs, "test/testdata/crds/")
 		for _, f := range files {
 			raw, err := os.ReadFile(f)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(strings.HasPrefix(string(raw), "# ")).To(BeTrue(), "%s does not start with a header comment", f)
-			expectCRDNamed(f, kinds)
+			expectCRDNamed(f, kinds, upstream)
 		}
 	})
 

@@ -11,44 +11,50 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 )
 
 // racingController stands for the controller of a kind that acts the moment deletion starts
-// (ACK, Strimzi, Zalando): it ignores finalizers and destroys the external resource as soon as
-// it sees a deletionTimestamp. It records when it did.
+// (ACK, Strimzi, Zalando): it ignores other finalizers and destroys the external resource as soon
+// as it sees a deletionTimestamp. It records when it did, then calls onDeletion (nil: nothing),
+// say to remove its own finalizer.
 type racingController struct {
 	mu        sync.Mutex
 	destroyed map[string]time.Time
-	stop      func()
 }
 
-func startRacingController(ns string) *racingController {
+func startRacingController(ctx context.Context, ns string, gvk schema.GroupVersionKind, onDeletion func(context.Context, client.ObjectKey)) *racingController {
 	GinkgoHelper()
-	cs, err := kubernetes.NewForConfig(cfg)
+	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
-	w, err := cs.CoreV1().ConfigMaps(ns).Watch(context.Background(), metav1.ListOptions{})
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	w, err := wc.Watch(ctx, list, client.InNamespace(ns))
 	Expect(err).NotTo(HaveOccurred())
-	rc := &racingController{destroyed: map[string]time.Time{}, stop: w.Stop}
+	DeferCleanup(w.Stop)
+	rc := &racingController{destroyed: map[string]time.Time{}}
 	go func() {
 		for ev := range w.ResultChan() {
-			cm, ok := ev.Object.(*corev1.ConfigMap)
-			if !ok || ev.Type == watch.Error || cm.DeletionTimestamp == nil && ev.Type != watch.Deleted {
+			u, ok := ev.Object.(*unstructured.Unstructured)
+			if !ok || ev.Type == watch.Error || u.GetDeletionTimestamp() == nil && ev.Type != watch.Deleted {
 				continue
 			}
 			rc.mu.Lock()
-			if _, done := rc.destroyed[cm.Name]; !done {
-				rc.destroyed[cm.Name] = time.Now()
+			_, done := rc.destroyed[u.GetName()]
+			if !done {
+				rc.destroyed[u.GetName()] = time.Now()
 			}
 			rc.mu.Unlock()
+			if !done && onDeletion != nil && ev.Type != watch.Deleted {
+				onDeletion(ctx, client.ObjectKeyFromObject(u))
+			}
 		}
 	}()
-	DeferCleanup(w.Stop)
 	return rc
 }
 
@@ -110,7 +116,7 @@ var _ = Describe("Two-phase delete (trigger DeleteRequest)", Ordered, func() {
 
 	It("refuses a plain delete, runs the steps with the object alive on request, then deletes it", func() {
 		ns := newNamespace(ctx)
-		racer := startRacingController(ns)
+		racer := startRacingController(ctx, ns, corev1.SchemeGroupVersion.WithKind("ConfigMap"), nil)
 		var backedUp atomic.Int64 // when the backup was taken, in unix nanoseconds
 		api.handle(ns, func(w http.ResponseWriter, r *http.Request) {
 			backedUp.CompareAndSwap(0, time.Now().UnixNano())
@@ -217,7 +223,9 @@ var _ = Describe("Two-phase delete (trigger DeleteRequest)", Ordered, func() {
 		cm := protect(ctx, p, "orders")
 		requestDelete(ctx, cm, "dave: go")
 		Eventually(stepPhase(ctx, cm, "settle"), 10*time.Second).Should(Equal(v1alpha1.StepRunning))
-		update(ctx, cm, func(c *corev1.ConfigMap) { c.Annotations[v1alpha1.AnnotationAbandon] = "dave: the backup service is gone for good" })
+		update(ctx, cm, func(c *corev1.ConfigMap) {
+			c.Annotations[v1alpha1.AnnotationAbandon] = "dave: the backup service is gone for good"
+		})
 		Eventually(runPhase(ctx, cm), 10*time.Second).Should(Equal(v1alpha1.RunCancelled))
 		Eventually(func() map[string]string { return labelsOf(ctx, cm) }, 10*time.Second).ShouldNot(HaveKey(v1alpha1.LabelDeletionGuard))
 		alive(ctx, cm)
@@ -232,7 +240,11 @@ var _ = Describe("Two-phase delete (trigger DeleteRequest)", Ordered, func() {
 		api.handle(ns, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 		p := twoPhasePolicy(ns, "export", time.Second)
 		cm := protect(ctx, p, "orders")
-		stdout, stderr, code := kubectlTeardown("delete", "configmap/orders", "-n", ns, "--reason", "erin: retired")
+		stdout, stderr, code := kubectlTeardown("plan", "configmap/orders", "-n", ns)
+		Expect(code).To(Equal(0), stderr)
+		Expect(stdout).To(ContainSubstring("trigger DeleteRequest: a plain delete is refused"))
+		Expect(stdout).To(ContainSubstring("delete: refused: "))
+		stdout, stderr, code = kubectlTeardown("delete", "configmap/orders", "-n", ns, "--reason", "erin: retired")
 		Expect(code).To(Equal(0), stderr)
 		Expect(stdout).To(ContainSubstring(`annotated teardown.dev/delete-requested="erin: retired"`))
 		Expect(stdout).To(MatchRegexp(`teardownrun %s/orders-\w+ is Succeeded`, ns))
