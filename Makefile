@@ -138,8 +138,34 @@ test-e2e: control-plane $(GINKGO) $(HELM) image ## End-to-end suite on the local
 test-chart: control-plane $(HELM) ## The Helm chart: helm lint, helm template with default and full values, the values schema.
 	HELM=$(HELM) $(GO) test -count=1 ./test/chart/...
 
+# The small sizes make test runs; make chaos and make soak run the sizes docs/reliability.md reports.
+CHAOS_SMALL = CHAOS_OBJECTS=30 CHAOS_KILLS=3 CHAOS_FAILOVER_OBJECTS=20 CHAOS_FAILOVER_KILLS=2 \
+	CHAOS_PAUSE_OBJECTS=20 CHAOS_CONTROL_PLANE_OBJECTS=45 SOAK_DURATION=60s
+
+.PHONY: test-chaos
+test-chaos: control-plane $(GINKGO) ## The chaos and soak suite, small: SIGKILLs, failover, a paused leader, API server and etcd faults, 60s of churn.
+	$(CHAOS_SMALL) $(GINKGO) -v --timeout=20m ./test/chaos
+
+.PHONY: chaos
+chaos: control-plane $(GINKGO) ## The chaos suite at full size (200 objects and 20 SIGKILLs, 10 failovers, ...); figures in docs/reliability.md.
+	$(GINKGO) -v --timeout=60m --skip=Soak ./test/chaos
+
+.PHONY: soak
+soak: control-plane $(GINKGO) ## 30 minutes of churn (SOAK_DURATION, SOAK_RATE): memory, goroutines, queue depth, p99; figures in docs/reliability.md.
+	SOAK_DURATION=$${SOAK_DURATION:-30m} $(GINKGO) -v --timeout=90m --focus=Soak ./test/chaos
+
 .PHONY: test
-test: verify-generated lint test-unit test-chart test-image test-integration test-e2e ## Everything a change must pass.
+test: verify-generated lint test-unit test-chart test-image test-integration test-e2e test-chaos ## Everything a change must pass.
+
+# The fuzz targets, as name:package. make test runs their seed corpora (test-unit).
+FUZZ_TARGETS := FuzzCompilePolicy:./engine/policy FuzzLint:./cli/lint FuzzExpr:./internal/expr FuzzTemplate:./internal/expr \
+	FuzzJobTemplate:./steps/jobstep FuzzResponse:./steps/httpstep FuzzRawResponse:./steps/httpstep
+
+.PHONY: fuzz
+fuzz: ## Fuzz policies, CEL, ${} templates, job templates and http responses, each for FUZZTIME (60s; FUZZFLAGS=-parallel=1).
+	for t in $(FUZZ_TARGETS); do \
+		$(GO) test -run='^$$' -fuzz="^$${t%%:*}$$" -fuzztime=$${FUZZTIME:-60s} $${FUZZFLAGS:-} $${t#*:} || exit 1; \
+	done
 
 .PHONY: bench
 bench: control-plane build ## Teardown benchmark, side by side: raw floor, hand-written controller, operator with runHistory Always and OnFailure (N=1000 targets by default).

@@ -40,6 +40,9 @@ type Options struct {
 	StuckAfter time.Duration
 	// Resync is the period of the dynamic informers' resync.
 	Resync time.Duration
+	// Fence is checked before side effects outside the API server (steps.Deps.Fence); nil
+	// allows always. The API client the manager gives the engine is fenced on its own.
+	Fence func() error
 }
 
 // Engine wires the reconcilers together.
@@ -114,7 +117,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 	e.events = newEventSink(mgr.GetEventRecorder("teardown-operator"), e.reads.namespaceTerminating)
 	deps := steps.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper(),
 		Wake:   func(run types.NamespacedName) { e.wake.runs.Add(reconcile.Request{NamespacedName: run}) },
-		Config: mgr.GetConfig(), NamespaceTerminating: e.reads.namespaceTerminating}
+		Config: mgr.GetConfig(), NamespaceTerminating: e.reads.namespaceTerminating, Fence: opts.Fence}
 	e.kinds = steps.Build(kinds, deps)
 	e.compiler = policy.NewCompiler(env, e.kinds, policy.KindScope(mgr.GetRESTMapper()))
 	e.watches = watch.NewManager(mc, mgr.GetRESTMapper(), e.route, opts.Resync, ctrl.Log.WithName("watch"))

@@ -170,6 +170,10 @@ type Deps struct {
 	Config *rest.Config
 	// NamespaceTerminating reports whether a namespace is being deleted, from the cache.
 	NamespaceTerminating func(ctx context.Context, namespace string) bool
+	// Fence returns an error once this replica may have lost its leader election lease (see
+	// internal/fence): a side effect outside the API server (an http request) checks it right
+	// before it happens. Nil allows always.
+	Fence func() error
 }
 
 // Registry holds the kinds the engine knows.

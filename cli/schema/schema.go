@@ -102,7 +102,7 @@ func (v *Validator) Validate(ctx context.Context, gvk schema.GroupVersionKind, o
 	errs := validateMetadata(obj, ks.namespaced)
 	pruned := pruning.PruneWithOptions(obj, ks.structural, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true})
 	for _, p := range pruned {
-		errs = append(errs, &field.Error{Type: field.ErrorTypeInvalid, Field: p, BadValue: field.OmitValueType{},
+		errs = append(errs, &field.Error{Type: field.ErrorTypeInvalid, Field: unknownFieldPath(p), BadValue: field.OmitValueType{},
 			Detail: "unknown field (kubectl apply refuses it)"})
 	}
 	defaulting.Default(obj, ks.structural)
@@ -113,6 +113,19 @@ func (v *Validator) Validate(ctx context.Context, gvk schema.GroupVersionKind, o
 	}
 	celErrs, _ := ks.cel.Validate(ctx, nil, ks.structural, obj, nil, celconfig.RuntimeCELCostBudget)
 	return append(errs, celErrs...)
+}
+
+// unknownFieldPath is the path pruning reports for an unknown field, with an empty key (YAML and
+// JSON allow one) written "": pruning joins keys with dots, so an empty key would leave an empty
+// segment ("spec."), or no path at all at the root.
+func unknownFieldPath(p string) string {
+	segs := strings.Split(p, ".")
+	for i, s := range segs {
+		if s == "" {
+			segs[i] = `""`
+		}
+	}
+	return strings.Join(segs, ".")
 }
 
 // validateMetadata checks metadata as the API server does for every object: no unknown field,
@@ -133,7 +146,7 @@ func validateMetadata(obj map[string]any, namespaced bool) field.ErrorList {
 		if !unknown {
 			return field.ErrorList{field.Invalid(path, field.OmitValueType{}, err.Error())}
 		}
-		errs = append(errs, &field.Error{Type: field.ErrorTypeInvalid, Field: path.Child(strings.TrimSuffix(name, `"`)).String(),
+		errs = append(errs, &field.Error{Type: field.ErrorTypeInvalid, Field: unknownFieldPath(path.String() + "." + strings.TrimSuffix(name, `"`)),
 			BadValue: field.OmitValueType{}, Detail: "unknown field (kubectl apply refuses it)"})
 		meta = metav1.ObjectMeta{}
 		if err := json.Unmarshal(raw, &meta); err != nil {

@@ -121,17 +121,18 @@ func run() error {
 
 // newManager builds the manager with the engine, its step kinds and the health checks.
 func newManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o *options, httpOpts httpstep.Options) (ctrl.Manager, error) {
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Cache:                         engine.CacheOptions(builtin.CacheOptions()),
-		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
-		HealthProbeBindAddress:        o.probeAddr,
-		PprofBindAddress:              o.pprofAddr,
-		LeaderElection:                o.leaderElect,
-		LeaderElectionID:              "teardown-operator.teardown.dev",
-		LeaderElectionNamespace:       o.leaderNS,
-		LeaderElectionReleaseOnCancel: true,
-	})
+	mo := ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  engine.CacheOptions(builtin.CacheOptions()),
+		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress: o.probeAddr,
+		PprofBindAddress:       o.pprofAddr,
+	}
+	lock, err := leaderOptions(&mo, cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(cfg, mo)
 	if err != nil && strings.Contains(err.Error(), "no matches for kind") {
 		return nil, fmt.Errorf("creating manager: %w; the teardown.dev CRDs are not installed, or not established yet: install them (kubectl apply -f config/crd/bases) and start the operator again", err)
 	}
@@ -145,6 +146,7 @@ func newManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o
 		RunRetention:  o.retention,
 		StuckAfter:    o.stuckAfter,
 		Resync:        o.resync,
+		Fence:         lock.Check,
 	}, builtin.Kinds(builtin.Options{HTTP: httpOpts})...); err != nil {
 		return nil, err
 	}

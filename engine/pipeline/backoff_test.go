@@ -1,6 +1,9 @@
 package pipeline
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/steps"
 )
 
 func d(x time.Duration) *metav1.Duration { return &metav1.Duration{Duration: x} }
@@ -192,5 +196,32 @@ func TestRetryLimit(t *testing.T) {
 		if got := retryLimit(step); got != tt.want {
 			t.Errorf("%s: retryLimit = %d, want %d", tt.name, got, tt.want)
 		}
+	}
+}
+
+// Outputs near the per-step limit in every step are kept while the run stays writable; the step
+// whose outputs would take the run past MaxRunBytes fails, saying so, and keeps none.
+func TestOutputsBoundedByRunSize(t *testing.T) {
+	near := map[string]apiextensionsv1.JSON{"k": jsonString(MaxOutputBytes - 1)}
+	var ps []*policy.Step
+	for _, name := range []string{"a", "b", "c", "d"} {
+		ps = append(ps, step(name, script(steps.Result{Outcome: steps.Succeeded, Message: "ok", Outputs: near})))
+	}
+	run, pipe := runOf("", 0, ps...)
+	// A snapshot that leaves room for two steps' outputs.
+	run.Spec.Object.Raw = []byte(`{"data":"` + strings.Repeat("x", MaxRunBytes-2*MaxOutputBytes-4096) + `"}`)
+	Advance(context.Background(), run, at(pipe, 0))
+	expect(t, "phases", phases(run), "Failed a=Succeeded b=Succeeded c=Failed d=Skipped")
+	c := run.Status.Step("c")
+	if !strings.HasPrefix(c.Message, "outputs would make the run ") ||
+		!strings.Contains(c.Message, fmt.Sprintf("over the limit of %d for a run", MaxRunBytes)) {
+		t.Errorf("message %q", c.Message)
+	}
+	if c.Outputs != nil {
+		t.Errorf("outputs over the run's limit kept: %d keys", len(c.Outputs))
+	}
+	b, err := json.Marshal(run)
+	if err != nil || len(b) > MaxRunBytes {
+		t.Errorf("run is %d bytes of JSON (%v), want at most %d", len(b), err, MaxRunBytes)
 	}
 }

@@ -107,6 +107,13 @@ const (
 	DefaultMaxBackoff = 5 * time.Minute
 	// MaxOutputBytes bounds the JSON of one step's outputs, so run objects stay small.
 	MaxOutputBytes = 16 * 1024
+	// MaxRunBytes bounds the JSON of a run that a step's outputs may make. etcd refuses a
+	// request over 1.5 MiB (its default), and a run whose status cannot be written holds its
+	// object with nothing said but the operator's log; the last 256 KiB are for what is
+	// written later (messages, conditions, managed fields). 32 steps of outputs at
+	// MaxOutputBytes fit with a snapshot of up to about 750 KiB, and small outputs with a
+	// ConfigMap at its 1 MiB limit.
+	MaxRunBytes = 1280 * 1024
 	// minRetryDelay is the shortest wait before a retry, whatever the configured backoff.
 	minRetryDelay = 100 * time.Millisecond
 	// defaultCheckAfter is when an in-progress step that names no time is looked at again.

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -166,18 +167,36 @@ func (p *pass) attemptFailed(step *policy.Step, ss *v1alpha1.StepStatus, result 
 }
 
 // keep records what an execution returned for the step to keep: its state and outputs. Outputs
-// over the size limit turn the result into a failure.
+// over the size limit, or that would make the run too large to write, turn the result into a
+// failure.
 func (p *pass) keep(ss *v1alpha1.StepStatus, result *steps.Result) {
 	if result.State != nil {
 		ss.State = result.State
 	}
 	if len(result.Outputs) > 0 {
-		if err := checkOutputs(result.Outputs); err != nil {
+		err := checkOutputs(result.Outputs)
+		if err == nil {
+			err = p.checkRunSize(ss, result.Outputs)
+		}
+		if err != nil {
 			*result = steps.Fail(false, "%v", err)
 		} else {
 			ss.Outputs = result.Outputs
 		}
 	}
+}
+
+// checkRunSize refuses outputs that would make the run more than MaxRunBytes of JSON.
+func (p *pass) checkRunSize(ss *v1alpha1.StepStatus, outputs map[string]apiextensionsv1.JSON) error {
+	kept := ss.Outputs
+	ss.Outputs = outputs
+	b, err := json.Marshal(p.run)
+	ss.Outputs = kept
+	if err != nil || len(b) <= MaxRunBytes {
+		return nil
+	}
+	return fmt.Errorf("outputs would make the run %d bytes of JSON, over the limit of %d for a run (etcd refuses larger objects); "+
+		"the target's snapshot takes %d bytes of it", len(b), MaxRunBytes, len(p.run.Spec.Object.Raw))
 }
 
 // endStep gives a step its final phase and tells.

@@ -93,15 +93,18 @@ func cluster(kind string, s ...v1alpha1.Step) policy.View {
 	return v
 }
 
-// Mistakes that can be known from the policy and discovery are refused at compile, naming the
-// field, rather than failing every teardown.
-func TestCompileCatchesBeforeDeletion(t *testing.T) {
+// compileCheck is a policy and what compiling it says.
+type compileCheck struct {
+	name string
+	view policy.View
+	want []string // substrings of the error; none means the policy compiles
+}
+
+// compileChecks are mistakes that can be known from the policy and discovery, and look-alikes
+// that are no mistake (the seeds of FuzzCompilePolicy too).
+func compileChecks() []compileCheck {
 	snap := httpStep("snap", map[string]string{"id": "response.body.id"}, "response.status == 200")
-	tests := []struct {
-		name string
-		view policy.View
-		want []string // substrings of the error; none means the policy compiles
-	}{
+	return []compileCheck{
 		{"response.status compared with a string", namespaced("ConfigMap", httpStep("a", nil, "response.status == 'ok'")),
 			[]string{"spec.steps[0].http.successCondition", "no matching overload"}},
 		{"response.status compared with an int", namespaced("ConfigMap", httpStep("a", nil, "response.status == 200 && response.headers['etag'] != ''")), nil},
@@ -144,7 +147,12 @@ func TestCompileCatchesBeforeDeletion(t *testing.T) {
 		{"job for a cluster-scoped target with namespace", cluster("Namespace", jobStep("j", "teardown-jobs", "")), nil},
 		{"job for a namespaced target without namespace", cluster("ConfigMap", jobStep("j", "", "")), nil},
 	}
-	for _, tt := range tests {
+}
+
+// Mistakes that can be known from the policy and discovery are refused at compile, naming the
+// field, rather than failing every teardown.
+func TestCompileCatchesBeforeDeletion(t *testing.T) {
+	for _, tt := range compileChecks() {
 		t.Run(tt.name, func(t *testing.T) {
 			got := compileView(t, tt.view)
 			if len(tt.want) == 0 {

@@ -9,11 +9,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/ext"
+	"github.com/google/cel-go/interpreter"
 	"google.golang.org/protobuf/types/known/structpb"
 	apiservercel "k8s.io/apiserver/pkg/cel"
 )
@@ -52,6 +54,13 @@ func (e *Env) Reserved(name string) bool { return e.reserved[name] || slices.Con
 // CostLimit bounds the work of one evaluation, in CEL cost units (about one per elementary
 // operation); the Kubernetes API server uses the same order of magnitude for CRD validation rules.
 const CostLimit = 1_000_000
+
+// MaxEvalTime bounds the time of one evaluation. The cost limit alone does not bound it: cel-go's
+// cost tracker takes time quadratic in the length of one comprehension (it searches a stack that
+// grows with every iteration), so a single loop under the cost limit, lists.range(140000).all(i,
+// i >= 0), ran for half a minute. An expression within the cost limit otherwise takes at most a few
+// hundred milliseconds.
+const MaxEvalTime = time.Second
 
 // Vars binds variable names to values for one evaluation. Values are plain Go data as decoded
 // from JSON (map[string]any, []any, string, float64/int64, bool, nil).
@@ -168,13 +177,27 @@ func (e *Env) compile(src string, wantBool bool) (*Program, error) {
 	return &Program{src: src, prog: prog}, nil
 }
 
-// Eval evaluates the program and returns the CEL value.
+// Eval evaluates the program and returns the CEL value, within CostLimit and MaxEvalTime.
 func (p *Program) Eval(ctx context.Context, vars Vars) (ref.Val, error) {
-	out, _, err := p.prog.ContextEval(ctx, map[string]any(vars))
+	evalCtx, cancel := context.WithTimeout(ctx, MaxEvalTime)
+	defer cancel()
+	out, _, err := p.prog.ContextEval(evalCtx, map[string]any(vars))
 	if err != nil {
-		return nil, fmt.Errorf("evaluating %q: %w", p.src, err)
+		return nil, fmt.Errorf("evaluating %q: %w", p.src, explain(ctx, evalCtx, err))
 	}
 	return out, nil
+}
+
+// explain adds the limit an evaluation went past to cel-go's error, which names none.
+func explain(parent, evalCtx context.Context, err error) error {
+	var cancelled interpreter.EvalCancelledError
+	switch {
+	case errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded:
+		return fmt.Errorf("%w (one evaluation may cost at most %d CEL cost units)", err, CostLimit)
+	case errors.Is(err, context.DeadlineExceeded) && parent.Err() == nil && evalCtx.Err() != nil:
+		return fmt.Errorf("operation cancelled: took longer than %s, the most one evaluation may take", MaxEvalTime)
+	}
+	return err
 }
 
 // EvalBool evaluates a condition.

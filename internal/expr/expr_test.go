@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func newEnv(t *testing.T) *Env {
@@ -269,7 +270,7 @@ func TestCostLimit(t *testing.T) {
 			if err == nil {
 				t.Fatalf("EvalBool = %v, want a cost limit error", got)
 			}
-			want := "evaluating " + strconv.Quote(tt.src) + ": operation cancelled: actual cost limit exceeded"
+			want := "evaluating " + strconv.Quote(tt.src) + ": operation cancelled: actual cost limit exceeded (one evaluation may cost at most 1000000 CEL cost units)"
 			if err.Error() != want {
 				t.Errorf("EvalBool error\n%q\nwant\n%q", err.Error(), want)
 			}
@@ -285,6 +286,37 @@ func TestCostLimit(t *testing.T) {
 	got, err := p.EvalBool(context.Background(), Vars{"items": small})
 	if err != nil || !got {
 		t.Errorf("EvalBool over 100 items = %v, %v; want true, nil", got, err)
+	}
+}
+
+// TestEvalTimeLimit: one long comprehension under the cost limit takes cel-go's cost tracker time
+// quadratic in its length (half a minute for this one); MaxEvalTime stops it.
+func TestEvalTimeLimit(t *testing.T) {
+	env := newEnv(t)
+	src := "lists.range(140000).all(i, i >= 0)"
+	p, err := env.CompileCondition(src)
+	if err != nil {
+		t.Fatalf("CompileCondition: %v", err)
+	}
+	start := time.Now()
+	got, err := p.EvalBool(context.Background(), nil)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatalf("EvalBool = %v after %s, want the time limit's error", got, took)
+	}
+	want := "evaluating " + strconv.Quote(src) + ": operation cancelled: took longer than 1s, the most one evaluation may take"
+	if err.Error() != want {
+		t.Errorf("EvalBool error\n%q\nwant\n%q", err.Error(), want)
+	}
+	if took > MaxEvalTime+2*time.Second {
+		t.Errorf("EvalBool took %s, want about %s", took, MaxEvalTime)
+	}
+
+	// A caller's own cancellation is not reported as the time limit.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := p.EvalBool(ctx, nil); err == nil || strings.Contains(err.Error(), "took longer") {
+		t.Errorf("EvalBool with a cancelled context: %v, want a cancellation that names no time limit", err)
 	}
 }
 

@@ -29,7 +29,11 @@ type Options struct {
 func Kinds(opts Options) []steps.Factory {
 	return []steps.Factory{
 		func(d steps.Deps) steps.Kind { return wait.New(wait.NewAPILister(d.Reader, d.Mapper)) },
-		func(d steps.Deps) steps.Kind { return httpstep.New(d.Reader, d.Wake, opts.HTTP) },
+		func(d steps.Deps) steps.Kind {
+			h := opts.HTTP
+			h.Fence = d.Fence
+			return httpstep.New(d.Reader, d.Wake, h)
+		},
 		func(d steps.Deps) steps.Kind {
 			logs, err := jobstep.NewLogReader(d.Config)
 			if err != nil {

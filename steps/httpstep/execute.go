@@ -70,6 +70,8 @@ type exchange struct {
 	header   http.Header
 	body     []byte
 	tooLarge bool
+	// read counts the bytes of a body that could not be read to its end.
+	read int
 }
 
 // Execute implements steps.Action. It sends at most one request per call and never waits for a
@@ -126,6 +128,13 @@ func (a *action) do(client *retryablehttp.Client, req *request) *exchange {
 	for k, v := range req.header {
 		r.Header[k] = v
 	}
+	if a.kind.fence != nil {
+		// A replica that may have lost its lease sends nothing: the new leader sends it, with
+		// the same Idempotency-Key.
+		if x.err = a.kind.fence(); x.err != nil {
+			return x
+		}
+	}
 	resp, err := client.Do(r)
 	if err != nil {
 		x.err = err
@@ -137,6 +146,7 @@ func (a *action) do(client *retryablehttp.Client, req *request) *exchange {
 	if errors.Is(err, errTooLarge) {
 		x.tooLarge, x.body = true, nil
 	} else if err != nil {
+		x.read, x.body = len(x.body), nil
 		x.err = fmt.Errorf("reading the response body: %w", err)
 	}
 	return x
@@ -213,6 +223,10 @@ func (a *action) failedRequest(x *exchange) steps.Result {
 		return steps.Fail(false, "%s: %v", x.req, invalid)
 	case errors.As(x.err, &redirect):
 		return steps.Fail(false, "%s: %s", x.req, r.text(redirect.Error()))
+	case (errors.Is(x.err, context.DeadlineExceeded) || errors.As(x.err, &ne) && ne.Timeout()) && x.status != 0:
+		// The status and headers came, the body did not end: a server trickling it.
+		return steps.Fail(true, "%s: %s: the response body did not end within the request timeout of %s (%d bytes read)",
+			x.req, r.text(x.line), a.timeout, x.read)
 	case errors.Is(x.err, context.DeadlineExceeded) || errors.As(x.err, &ne) && ne.Timeout():
 		return steps.Fail(true, "%s: no response within the request timeout of %s", x.req, a.timeout)
 	}

@@ -559,7 +559,8 @@ func TestBodyReadTimeout(t *testing.T) {
 	})
 	h := newHarness(t, Options{})
 	a := h.compile("call", false, v1alpha1.HTTPStep{URL: srv.URL, Timeout: dur(200 * time.Millisecond)})
-	wantResult(t, newStepRun(t, a, newRun("uid-1"), false, nil).execNow(), steps.Failed, true, "timeout")
+	wantResult(t, newStepRun(t, a, newRun("uid-1"), false, nil).execNow(), steps.Failed, true,
+		"GET "+srv.URL+": 200 OK: the response body did not end within the request timeout of 200ms (7 bytes read)")
 }
 
 func TestConnectionRefused(t *testing.T) {

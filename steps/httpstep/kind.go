@@ -78,6 +78,9 @@ type Options struct {
 	// Transport, when set, carries every request instead of the network: kubectl teardown test
 	// answers them from a fixture's script. The checks of the URL still apply; nothing is dialed.
 	Transport http.RoundTripper
+	// Fence, when set, is checked right before each request is sent: an error (the replica may
+	// have lost its leader election lease) fails the request unsent.
+	Fence func() error
 }
 
 // Kind is the http step kind.
@@ -89,6 +92,7 @@ type Kind struct {
 	calls      *calls
 	inlineWait time.Duration
 	userAgent  string
+	fence      func() error
 }
 
 // New returns the http kind. reader reads Secrets and ConfigMaps from the API server (not a
@@ -115,6 +119,7 @@ func New(reader client.Reader, wake func(types.NamespacedName), opts Options) *K
 		calls:      newCalls(opts.MaxInFlight),
 		inlineWait: opts.InlineWait,
 		userAgent:  opts.UserAgent,
+		fence:      opts.Fence,
 	}
 }
 

@@ -192,11 +192,12 @@ func failed(retryable bool, format string, args ...any) *steps.Result {
 
 var errTooLarge = errors.New("body too large")
 
-// readBounded reads all of r, or fails with errTooLarge past limit bytes.
+// readBounded reads all of r, or fails with errTooLarge past limit bytes. On a read error it
+// returns what it read before it.
 func readBounded(r io.Reader, limit int64) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
-		return nil, err
+		return b, err
 	}
 	if int64(len(b)) > limit {
 		return nil, errTooLarge

@@ -10,6 +10,8 @@
 #   BIN_DIR        directory holding the binaries (default: <repo>/bin)
 #   KWOK_WORKDIR   kwokctl state directory (default: $BIN_DIR/kwok-state)
 #   UP_TIMEOUT     seconds to wait for the cluster to become usable (default: 180)
+#   AUDIT_POLICY   an audit policy file: kube-apiserver then writes an audit log, in
+#                  $KWOK_WORKDIR/clusters/$CLUSTER_NAME/logs/audit.log (the chaos suite reads it)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -58,7 +60,12 @@ mkdir -p "$state"
 export KUBECACHEDIR=${KUBECACHEDIR:-$state/kube-cache}
 
 # The stage/config file only applies when a cluster is created: recreate the cluster when it changed.
-want_sum=$(sha256sum "$config" | cut -d' ' -f1)
+audit_args=()
+if [ -n "${AUDIT_POLICY:-}" ]; then
+  [ -f "$AUDIT_POLICY" ] || die "AUDIT_POLICY $AUDIT_POLICY: no such file"
+  audit_args=(--kube-audit-policy "$(cd "$(dirname "$AUDIT_POLICY")" && pwd)/$(basename "$AUDIT_POLICY")")
+fi
+want_sum=$(cat "$config" ${AUDIT_POLICY:+"$AUDIT_POLICY"} | sha256sum | cut -d' ' -f1)
 if [ -d "$cluster_dir" ] && [ "$(cat "$state/config.sha256" 2>/dev/null)" != "$want_sum" ]; then
   log "cluster $CLUSTER_NAME was created from a different $config; recreating it"
   kwokctl delete cluster --kubeconfig "$kubeconfig" || true
@@ -77,6 +84,7 @@ kwokctl --config "$config" create cluster \
   --kube-controller-manager-binary "$BIN_DIR/kube-controller-manager" \
   --kube-scheduler-binary "$BIN_DIR/kube-scheduler" \
   --kwok-controller-binary "$BIN_DIR/kwok" \
+  "${audit_args[@]}" \
   --timeout "${UP_TIMEOUT}s"
 printf '%s\n' "$want_sum" >"$state/config.sha256"
 install -m 0600 "$cluster_dir/kubeconfig.yaml" "$kubeconfig"

@@ -19,10 +19,11 @@ import (
 )
 
 // StartCluster starts (or reuses) the local kwok cluster named name with test/cluster/up.sh and
-// returns its kubeconfig path. root is the repository root.
-func StartCluster(root, name string) (string, error) {
+// returns its kubeconfig path. root is the repository root; env adds up.sh settings
+// ("AUDIT_POLICY=...").
+func StartCluster(root, name string, env ...string) (string, error) {
 	cmd := exec.Command("bash", filepath.Join(root, "test", "cluster", "up.sh"))
-	cmd.Env = append(os.Environ(), "CLUSTER_NAME="+name)
+	cmd.Env = append(append(os.Environ(), "CLUSTER_NAME="+name), env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -31,6 +32,12 @@ func StartCluster(root, name string) (string, error) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	return lines[len(lines)-1], nil
+}
+
+// ClusterLogs is the directory of the logs of the local kwok cluster named name (audit.log, when
+// it was started with an audit policy).
+func ClusterLogs(root, name string) string {
+	return filepath.Join(root, "bin", "kwok-state", "clusters", name, "logs")
 }
 
 // StopCluster deletes the local kwok cluster named name.

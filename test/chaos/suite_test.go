@@ -1,0 +1,89 @@
+// Package chaos proves the engine's guarantees under faults on the local kwok cluster: the
+// operator killed with SIGKILL mid pipeline, again and again. Its size comes from the environment
+// (CHAOS_OBJECTS, CHAOS_KILLS): `make chaos` runs the full size, `make test` a small one.
+package chaos
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/test/framework"
+)
+
+const (
+	runNamespace = "teardown-system"
+	// clusterName keeps the suite's cluster apart from the e2e suite's, the demo's and the
+	// benchmark's.
+	clusterName = "teardown-chaos"
+)
+
+var (
+	root        = filepath.Join("..", "..")
+	k8s         client.Client
+	cfg         *rest.Config
+	kubeconfig  string
+	operatorBin string
+)
+
+func TestChaos(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Chaos Suite (kwok)")
+}
+
+// sizeFromEnv reads a positive integer from the environment, or returns def.
+func sizeFromEnv(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+var _ = BeforeSuite(func() {
+	var err error
+	policy, err := filepath.Abs("audit-policy.yaml")
+	Expect(err).NotTo(HaveOccurred())
+	kubeconfig, err = framework.StartCluster(root, clusterName, "AUDIT_POLICY="+policy)
+	Expect(err).NotTo(HaveOccurred())
+	cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	Expect(err).NotTo(HaveOccurred())
+	// The suite's own load (the soak's churn) must not wait on client-side throttling.
+	cfg.QPS, cfg.Burst = 500, 1000
+	scheme := runtime.NewScheme()
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
+	Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
+	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	ctx := context.Background()
+	Expect(framework.InstallCRDs(ctx, k8s, filepath.Join(root, "config", "crd", "bases"))).To(Succeed())
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: runNamespace}}
+	Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, ns))).To(Succeed())
+
+	operatorBin = filepath.Join(GinkgoT().TempDir(), "teardown-operator")
+	build := exec.Command("go", "build", "-o", operatorBin, "./cmd/teardown-operator")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), string(out))
+})
+
+var _ = AfterSuite(func() {
+	if os.Getenv("CHAOS_KEEP_CLUSTER") == "" {
+		Expect(framework.StopCluster(root, clusterName)).To(Succeed())
+	}
+})
