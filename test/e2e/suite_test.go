@@ -15,14 +15,10 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
@@ -55,11 +51,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	Expect(err).NotTo(HaveOccurred())
-	scheme := runtime.NewScheme()
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
-	Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
-	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+	k8s, err = framework.Client(cfg)
 	Expect(err).NotTo(HaveOccurred())
 	probe = framework.Probe{Client: k8s}
 
