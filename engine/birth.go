@@ -7,6 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -14,6 +15,7 @@ import (
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
 )
 
 // birth runs a new run's first pass before the run is recorded, then records it in one create,
@@ -65,6 +67,19 @@ func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c 
 	res := reconcile.Result{RequeueAfter: p.out.RequeueAfter}
 	r.apply(ctx, p, &res)
 	return nil
+}
+
+// recordedHere reports whether this engine recorded the run of policy c for the target and has
+// not seen it gone. The cache may not hold its create yet: a target reconcile in that window that
+// passed the run's birth again would repeat the steps of its first pass, recorded done.
+func (r *runReconciler) recordedHere(c *policy.Compiled, key TargetKey, uid types.UID) bool {
+	name := naming.RunName(c.Key.Kind, c.Key.Namespace, c.Key.Name, key.Name, uid)
+	for _, ns := range []string{key.Namespace, r.runNamespace} {
+		if ns != "" && r.written.known(types.NamespacedName{Namespace: ns, Name: name}) {
+			return true
+		}
+	}
+	return false
 }
 
 // record creates the run with the status of its first pass. In a namespace being deleted,

@@ -239,7 +239,10 @@ func (r *runReconciler) releaseSettled(ctx context.Context, p *pass) {
 func (r *runReconciler) readRun(ctx context.Context, key types.NamespacedName) (*v1alpha1.TeardownRun, error) {
 	run := &v1alpha1.TeardownRun{}
 	err := r.client.Get(ctx, key, run)
-	if err == nil && r.written.stale(key, run.ResourceVersion) {
+	// A run this engine wrote and the cache misses may be newer than the cache (just created):
+	// asked of the API server, so that it is not taken for gone and forgotten.
+	missed := apierrors.IsNotFound(err) && r.written.known(key)
+	if missed || err == nil && r.written.stale(key, run.ResourceVersion) {
 		run = &v1alpha1.TeardownRun{} // decoding into the cached copy would keep its stale map entries
 		err = r.reader.Get(ctx, key, run)
 	}

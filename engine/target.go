@@ -46,6 +46,10 @@ type targetReconciler struct {
 // again (only at start-up, while policies are being compiled).
 const retryUnknownPolicy = 2 * time.Second
 
+// recheckRecorded is how soon a deleted target whose run this engine has just recorded, and the
+// cache does not show yet, is looked at again.
+const recheckRecorded = 2 * time.Second
+
 func (r *targetReconciler) Reconcile(ctx context.Context, key TargetKey) (reconcile.Result, error) {
 	obj, ok := r.watches.Get(key.GVK, key.Namespace, key.Name)
 	if !ok {
@@ -227,6 +231,10 @@ func (r *targetReconciler) startRun(ctx context.Context, key TargetKey, obj *met
 	case p.Suspended:
 		return reconcile.Result{}, r.releaseWithoutRun(ctx, key, obj, finalizer, pipeline.Eventf(false, v1alpha1.ReasonAbandoned,
 			"%s is suspended: finalizer removed without a run", pkey))
+	}
+	if r.runs.recordedHere(p, key, obj.UID) {
+		// Its run goes on, passed by the run controller; looked at again once the cache has it.
+		return reconcile.Result{RequeueAfter: recheckRecorded}, nil
 	}
 	return reconcile.Result{}, r.createRun(ctx, key, obj, p)
 }

@@ -31,6 +31,14 @@ func (w *writtenVersions) stale(key types.NamespacedName, rv string) bool {
 	return ok && want != rv
 }
 
+// known reports whether this engine wrote the run and has not seen it gone.
+func (w *writtenVersions) known(key types.NamespacedName) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.m[key]
+	return ok
+}
+
 // set records the version a write produced (or unknownVersion).
 func (w *writtenVersions) set(key types.NamespacedName, rv string) {
 	w.mu.Lock()

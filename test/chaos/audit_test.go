@@ -126,3 +126,18 @@ func writesBy(user string, since time.Time) []string {
 	})
 	return out
 }
+
+// repeatedBirths returns the creates of a run in ns that the API server refused because the run
+// was there already: the run's first pass was passed again from a cache that did not have it yet,
+// and its steps could have been repeated with it. After a kill or a failover the new process's
+// cache is synced before it acts, so none is expected.
+func repeatedBirths(ns string) []string {
+	var out []string
+	readAudit(func(ev *auditEvent) {
+		if ev.Verb == "create" && ev.ObjectRef != nil && ev.ObjectRef.Resource == "teardownruns" && ev.ObjectRef.Namespace == ns &&
+			ev.ResponseStatus != nil && ev.ResponseStatus.Code == 409 {
+			out = append(out, fmt.Sprintf("run %s created again at %s", ev.ObjectRef.Name, ev.StageTimestamp.Format(time.RFC3339Nano)))
+		}
+	})
+	return out
+}

@@ -100,6 +100,7 @@ var _ = Describe("Leader failover, two replicas with the default leader election
 		Eventually(func() int { return remaining(ctx, ns) }, 5*time.Minute, time.Second).Should(BeZero(), "objects stuck after the faults stopped")
 		settled := time.Since(faultsEnd)
 		checkKillInvariants(ctx, ns, objects, srv, watch)
+		Expect(repeatedBirths(ns)).To(BeEmpty())
 		sort.Slice(takeover, func(i, j int) bool { return takeover[i] < takeover[j] })
 		report := fmt.Sprintf("%d objects, %d leader kills; lost 0, stuck 0 (all gone %s after the last takeover); "+
 			"time from killing the leader to the standby leading: p50 %s, max %s",
@@ -139,6 +140,7 @@ var _ = Describe("Leader failover, two replicas with the default leader election
 		exitedAfter := time.Since(resumed)
 		Eventually(func() int { return remaining(ctx, ns) }, 5*time.Minute, time.Second).Should(BeZero())
 		checkKillInvariants(ctx, ns, objects, srv, watch)
+		Expect(repeatedBirths(ns)).To(BeEmpty())
 		Expect(writesBy(users[1], lost)).NotTo(BeEmpty(), "the audit log shows the standby's writes: the check below can see writes")
 		Expect(writesBy(users[0], lost)).To(BeEmpty(), "writes by the paused leader after it lost the lease")
 		report := fmt.Sprintf("paused leader: resumed %s after the standby took over, exited %s after resuming; 0 writes after losing the lease; %d objects, lost 0, stuck 0",

@@ -67,6 +67,7 @@ var _ = Describe("SIGKILL mid pipeline", func() {
 		settled := time.Since(faultsEnd)
 
 		checkKillInvariants(ctx, ns, objects, srv, watch)
+		Expect(repeatedBirths(ns)).To(BeEmpty())
 		sort.Slice(resume, func(i, j int) bool { return resume[i] < resume[j] })
 		report := fmt.Sprintf("%d objects, %d SIGKILLs survived; lost 0, stuck 0 (all gone %s after the last restart); "+
 			"resume after a kill (restart to workers started): p50 %s, max %s; %d http requests, %d Jobs, none created twice",

@@ -2,11 +2,15 @@ package chaos
 
 import (
 	"bytes"
+	"fmt"
+	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,6 +49,9 @@ func startOperatorAs(user string, extra ...string) *operator {
 	return startOperatorWith(path, extra...)
 }
 
+// started counts the operator processes the suite started, to name their logs.
+var started atomic.Int32
+
 func startOperatorWith(kubeconfig string, extra ...string) *operator {
 	args := append([]string{"--kubeconfig", kubeconfig, "--run-namespace", runNamespace,
 		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"}, extra...)
@@ -52,12 +59,16 @@ func startOperatorWith(kubeconfig string, extra ...string) *operator {
 	if slices.Contains(extra, "--leader-elect=false") {
 		o.acting = "Starting workers" // no lease to wait for: it acts once its controllers start
 	}
-	o.cmd.Stdout, o.cmd.Stderr = o.log, o.log
+	file, err := os.Create(filepath.Join(logDir, fmt.Sprintf("%s-%02d-%s.log", time.Now().Format("150405"), started.Add(1), filepath.Base(kubeconfig))))
+	Expect(err).NotTo(HaveOccurred())
+	o.cmd.Stdout = io.MultiWriter(o.log, file)
+	o.cmd.Stderr = o.cmd.Stdout
 	Expect(o.cmd.Start()).To(Succeed())
 	o.started = time.Now()
 	o.done = make(chan struct{})
 	go func() {
 		_ = o.cmd.Wait()
+		_ = file.Close()
 		close(o.done)
 	}()
 	return o

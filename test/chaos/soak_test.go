@@ -76,22 +76,23 @@ func ptrTo[T any](v T) *T { return &v }
 // sample is one look at the operator during the soak.
 type sample struct {
 	at                   time.Duration
-	rssMiB               float64
+	rssMiB, heapMiB      float64
 	goroutines, queueLen float64
 	objects              int
 }
 
-// scrape reads the operator's memory, goroutines and total workqueue depth from its metrics.
-func scrape(addr string) (rss, goroutines, depth float64, err error) {
+// scrape reads the operator's memory (RSS and Go heap in use), goroutines and total workqueue
+// depth from its metrics.
+func scrape(addr string) (sample, error) {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
-		return 0, 0, 0, err
+		return sample{}, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return 0, 0, 0, err
+		return sample{}, err
 	}
 	value := func(name string) float64 {
 		total := 0.0
@@ -102,7 +103,8 @@ func scrape(addr string) (rss, goroutines, depth float64, err error) {
 		}
 		return total
 	}
-	return value("process_resident_memory_bytes") / (1 << 20), value("go_goroutines"), value("workqueue_depth"), nil
+	return sample{rssMiB: value("process_resident_memory_bytes") / (1 << 20), heapMiB: value("go_memstats_heap_inuse_bytes") / (1 << 20),
+		goroutines: value("go_goroutines"), queueLen: value("workqueue_depth")}, nil
 }
 
 // freePort returns a loopback address no one listens on now.
@@ -222,14 +224,14 @@ var _ = Describe("Soak", func() {
 				running = false
 			case <-time.After(every):
 			}
-			rss, g, q, err := scrape(metrics)
+			smp, err := scrape(metrics)
 			if err != nil {
 				continue // restarting
 			}
 			c.mu.Lock()
-			live := c.created - len(c.deletedAt)
+			smp.at, smp.objects = time.Since(start), c.created-len(c.deletedAt)
 			c.mu.Unlock()
-			samples = append(samples, sample{at: time.Since(start), rssMiB: rss, goroutines: g, queueLen: q, objects: live})
+			samples = append(samples, smp)
 		}
 		Eventually(func() int {
 			goneMu.Lock()
@@ -255,6 +257,12 @@ var _ = Describe("Soak", func() {
 		}
 		Expect(notDone).To(BeZero(), "runs that did not succeed")
 		Expect(len(runs.Items)).To(Equal(len(c.deletedAt)), "one run per deletion")
+		// Idle: what the operator keeps once the churn is over and its last objects are gone.
+		time.Sleep(30 * time.Second)
+		if smp, err := scrape(metrics); err == nil {
+			smp.at = time.Since(start)
+			samples = append(samples, smp)
+		}
 		var lat []time.Duration
 		for name, asked := range c.deletedAt {
 			lat = append(lat, goneAt[name].Sub(asked))
@@ -268,6 +276,7 @@ var _ = Describe("Soak", func() {
 			// keeps 6 minutes of events) to the last one taken while churning.
 			first, last := settledSamples(samples, d)
 			Expect(last.rssMiB).To(BeNumerically("<=", first.rssMiB*1.25+10), "memory grew over the soak:\n%s", report)
+			Expect(last.heapMiB).To(BeNumerically("<=", first.heapMiB*1.25+10), "heap in use grew over the soak:\n%s", report)
 			Expect(last.goroutines).To(BeNumerically("<=", first.goroutines+50), "goroutines grew over the soak:\n%s", report)
 		}
 	})
@@ -281,9 +290,9 @@ func soakReport(d time.Duration, rate, n int, lat []time.Duration, samples []sam
 	}
 	fmt.Fprintf(&b, "soak: %s at %d objects/s over %d kinds and %d policies; %d teardowns, every run Succeeded; delete-to-gone p50 %s, p99 %s, max %s\n",
 		d, rate, soakKinds, soakPolicies, n, pct(0.5), pct(0.99), lat[len(lat)-1].Round(10*time.Millisecond))
-	fmt.Fprintf(&b, "%8s %9s %11s %12s %8s\n", "time", "RSS MiB", "goroutines", "queue depth", "objects")
+	fmt.Fprintf(&b, "%8s %9s %10s %11s %12s %8s\n", "time", "RSS MiB", "heap MiB", "goroutines", "queue depth", "objects")
 	for _, s := range samples {
-		fmt.Fprintf(&b, "%8s %9.1f %11.0f %12.0f %8d\n", s.at.Round(time.Second), s.rssMiB, s.goroutines, s.queueLen, s.objects)
+		fmt.Fprintf(&b, "%8s %9.1f %10.1f %11.0f %12.0f %8d\n", s.at.Round(time.Second), s.rssMiB, s.heapMiB, s.goroutines, s.queueLen, s.objects)
 	}
 	return b.String()
 }

@@ -35,6 +35,11 @@ var (
 	cfg         *rest.Config
 	kubeconfig  string
 	operatorBin string
+	// logDir keeps every operator process's log (a file per process, in start order); a failed
+	// spec prints where it is. CHAOS_LOG_DIR chooses it.
+	logDir string
+	// failed is set once a spec has failed.
+	failed bool
 )
 
 func TestChaos(t *testing.T) {
@@ -67,6 +72,13 @@ var _ = BeforeSuite(func() {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: runNamespace}}
 	Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, ns))).To(Succeed())
 
+	logDir = os.Getenv("CHAOS_LOG_DIR")
+	if logDir == "" {
+		logDir, err = os.MkdirTemp("", "teardown-chaos-logs-")
+	}
+	Expect(err).NotTo(HaveOccurred())
+	Expect(os.MkdirAll(logDir, 0o755)).To(Succeed())
+
 	operatorBin = filepath.Join(GinkgoT().TempDir(), "teardown-operator")
 	build := exec.Command("go", "build", "-o", operatorBin, "./cmd/teardown-operator")
 	build.Dir = root
@@ -74,8 +86,16 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred(), string(out))
 })
 
+var _ = ReportAfterEach(func(r SpecReport) {
+	if r.Failed() {
+		failed = true
+		AddReportEntry("operator logs", "every operator process's log is in "+logDir)
+	}
+})
+
 var _ = AfterSuite(func() {
-	if os.Getenv("CHAOS_KEEP_CLUSTER") == "" {
+	// CHAOS_KEEP_CLUSTER=1 keeps the cluster (its audit log) for a look; =failed only when a spec failed.
+	if keep := os.Getenv("CHAOS_KEEP_CLUSTER"); keep == "" || keep == "failed" && !failed {
 		Expect(framework.StopCluster(root, clusterName)).To(Succeed())
 	}
 })
