@@ -36,7 +36,8 @@ var (
 	kubeconfig  string
 	operatorBin string
 	// logDir keeps every operator process's log (a file per process, in start order); a failed
-	// spec prints where it is. CHAOS_LOG_DIR chooses it.
+	// spec prints where it is. CHAOS_LOG_DIR chooses it (and keeps it); otherwise a temporary
+	// directory, removed when every spec passed.
 	logDir string
 	// failed is set once a spec has failed.
 	failed bool
@@ -94,6 +95,9 @@ var _ = ReportAfterEach(func(r SpecReport) {
 })
 
 var _ = AfterSuite(func() {
+	if !failed && os.Getenv("CHAOS_LOG_DIR") == "" {
+		_ = os.RemoveAll(logDir) // nothing to look at
+	}
 	// CHAOS_KEEP_CLUSTER=1 keeps the cluster (its audit log) for a look; =failed only when a spec failed.
 	if keep := os.Getenv("CHAOS_KEEP_CLUSTER"); keep == "" || keep == "failed" && !failed {
 		Expect(framework.StopCluster(root, clusterName)).To(Succeed())
