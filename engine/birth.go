@@ -24,8 +24,9 @@ import (
 // OnFailure, one that succeeds at once costs the release alone. A crash after the pass and before
 // its record repeats the pass: its side effects are keyed on the deletion, not on the run (an
 // http step's Idempotency-Key), and a step that needs the run recorded (a Job step) stops the
-// pass before it starts.
-func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c *policy.Compiled, tkey TargetKey, target *metav1.PartialObjectMetadata, requested string) error {
+// pass before it starts. A run born without its target's snapshot gets it from snapshot before
+// it is recorded (false: the target was released meanwhile, nothing to record).
+func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c *policy.Compiled, tkey TargetKey, target *metav1.PartialObjectMetadata, requested string, snapshot snapshotFunc) error {
 	p := &pass{orig: run.DeepCopy(), run: run, tkey: tkey, target: target, pipe: c.Pipeline}
 	facts := pipeline.Facts{Now: time.Now(), Pipeline: c.Pipeline, Unborn: true, BreakGlass: r.breakGlass(run, target), Requested: requested,
 		TargetDeleting: target.DeletionTimestamp != nil}
@@ -39,6 +40,11 @@ func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c 
 		run.Labels[v1alpha1.LabelReleased] = "true" // a record from the start: never cached
 	}
 	recorded := c.RecordsEveryRun() || !cleanSuccess(run)
+	if recorded && snapshot != nil {
+		if ok, err := snapshot(ctx, run); err != nil || !ok {
+			return err
+		}
+	}
 	if recorded {
 		if created, err := r.record(ctx, run); err != nil || !created {
 			return err
@@ -61,6 +67,9 @@ func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c 
 		if err := r.releaseTarget(ctx, run); err != nil {
 			return err
 		}
+		if !recorded {
+			r.released.add(tkey, target.UID, run.Spec.Finalizer)
+		}
 	}
 	// A run that goes on is passed again when its creation reaches the cache (the run
 	// controller's create event): woken earlier, the reconcile would find no run there.
@@ -68,6 +77,10 @@ func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c 
 	r.apply(ctx, p, &res)
 	return nil
 }
+
+// snapshotFunc adds its target's snapshot to a run about to be recorded; false means the target
+// no longer carries the run's finalizer.
+type snapshotFunc func(ctx context.Context, run *v1alpha1.TeardownRun) (bool, error)
 
 // recordedHere reports whether this engine recorded the run of policy c for the target and has
 // not seen it gone. The cache may not hold its create yet: a target reconcile in that window that

@@ -37,6 +37,7 @@ type runReconciler struct {
 	events       *eventSink
 	metrics      *metrics
 	written      *writtenVersions
+	released     *releasedTargets
 	lookups      *interest[reconcile.Request]
 	kinds        steps.Registry
 	runNamespace string

@@ -53,6 +53,7 @@ const recheckRecorded = 2 * time.Second
 func (r *targetReconciler) Reconcile(ctx context.Context, key TargetKey) (reconcile.Result, error) {
 	obj, ok := r.watches.Get(key.GVK, key.Namespace, key.Name)
 	if !ok {
+		r.runs.released.forget(key)
 		return reconcile.Result{}, nil
 	}
 	if obj.DeletionTimestamp != nil {
@@ -191,7 +192,7 @@ func (r *targetReconciler) reconcileDeleting(ctx context.Context, key TargetKey,
 	runs := r.reads.runsOfTarget(ctx, obj.UID)
 	var result reconcile.Result
 	for _, f := range obj.Finalizers {
-		if !naming.IsOurs(f) {
+		if !naming.IsOurs(f) || r.runs.released.holds(key, obj, f) {
 			continue
 		}
 		if i := slices.IndexFunc(runs, func(run v1alpha1.TeardownRun) bool { return run.Spec.Finalizer == f }); i >= 0 {
@@ -252,6 +253,9 @@ func (r *targetReconciler) releaseWithoutRun(ctx context.Context, key TargetKey,
 // namespace unless the target is cluster-scoped or its namespace is being deleted (where nothing
 // can be created); then it goes in the run namespace, labelled with the target.
 func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, p *policy.Compiled) error {
+	if !p.ReadsTargetFirst() {
+		return r.createRunFromCache(ctx, key, obj, p)
+	}
 	full, err := r.readFull(ctx, key)
 	if err != nil || full == nil {
 		return err
@@ -283,23 +287,63 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 		return err
 	}
 	run := p.NewRun(key.GVK, live, snapshot)
-	if key.Namespace == "" || r.reads.namespaceTerminating(ctx, key.Namespace) {
-		// A run may already exist in the target's namespace from before its deletion began.
-		if key.Namespace != "" {
-			existing := &v1alpha1.TeardownRun{}
-			if err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: run.Name}, existing); err == nil {
-				r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(existing)})
-				return nil
-			}
-		}
-		run.Namespace = r.runNamespace
+	if r.placeRun(ctx, key, run) {
+		return nil
 	}
 	target := metaRef(key.GVK, key.Namespace, key.Name)
 	md, _ := live.Object["metadata"].(map[string]any)
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(md, &target.ObjectMeta); err != nil {
 		return fmt.Errorf("reading the metadata of %s: %w", key, err)
 	}
-	return r.runs.birth(ctx, run, p, key, target, requested)
+	return r.runs.birth(ctx, run, p, key, target, requested, nil)
+}
+
+// createRunFromCache starts the run of a policy that keeps a run only when its pipeline does not
+// succeed at once, and whose pipeline reads nothing of the object: the cache's metadata is all
+// its first pass needs. The object is read from the API server (for the run's snapshot, and to
+// make sure the cache was not behind) only if the run is to be recorded; an object this engine
+// has just released is known from releasedTargets, not from a read.
+func (r *targetReconciler) createRunFromCache(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, p *policy.Compiled) error {
+	if obj.DeletionTimestamp == nil || !slices.Contains(obj.Finalizers, p.Finalizer) {
+		return nil
+	}
+	target := obj.DeepCopy()
+	target.SetGroupVersionKind(key.GVK)
+	run := p.NewRun(key.GVK, target, nil)
+	if r.placeRun(ctx, key, run) {
+		return nil
+	}
+	snapshot := func(ctx context.Context, run *v1alpha1.TeardownRun) (bool, error) {
+		full, err := r.readFull(ctx, key)
+		if err != nil || full == nil {
+			return false, err
+		}
+		live := &unstructured.Unstructured{Object: full}
+		if live.GetUID() != obj.UID || !slices.Contains(live.GetFinalizers(), p.Finalizer) {
+			return false, nil
+		}
+		run.Spec.Object.Raw, err = policy.Snapshot(full)
+		return err == nil, err
+	}
+	return r.runs.birth(ctx, run, p, key, target, "", snapshot)
+}
+
+// placeRun puts a run in the run namespace when its target is cluster-scoped or its namespace is
+// being deleted. It reports true when the run is there already, in the target's namespace, from
+// before the namespace's deletion began: that run goes on.
+func (r *targetReconciler) placeRun(ctx context.Context, key TargetKey, run *v1alpha1.TeardownRun) bool {
+	if key.Namespace != "" && !r.reads.namespaceTerminating(ctx, key.Namespace) {
+		return false
+	}
+	if key.Namespace != "" {
+		existing := &v1alpha1.TeardownRun{}
+		if err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: run.Name}, existing); err == nil {
+			r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(existing)})
+			return true
+		}
+	}
+	run.Namespace = r.runNamespace
+	return false
 }
 
 // readFull reads the whole object from the API server; nil means it is gone.

@@ -90,6 +90,9 @@ type Pipeline struct {
 	Steps         []*Step
 	FailurePolicy v1alpha1.FailurePolicy
 	Spec          *v1alpha1.Pipeline
+	// ReadsObject is false when no expression of the pipeline reads `object`: then a run that
+	// is not recorded needs no snapshot of its target.
+	ReadsObject bool
 }
 
 // Compiled is a policy ready for the engine.
@@ -292,6 +295,8 @@ func (c *Compiler) compilePipeline(spec *v1alpha1.Pipeline, namespace string, ta
 		errs = append(errs, field.Required(path.Child("steps"), "at least one step"))
 	}
 	infos := c.stepInfos(spec.Steps)
+	usage := &expr.Usage{}
+	defer func() { out.ReadsObject = usage.Reads(expr.VarObject) }()
 	seen := map[string]bool{}
 	for i := range spec.Steps {
 		s := &spec.Steps[i]
@@ -301,7 +306,7 @@ func (c *Compiler) compilePipeline(spec *v1alpha1.Pipeline, namespace string, ta
 		}
 		seen[s.Name] = true
 		// A step's expressions read only the steps before it: a later step has no result yet.
-		cc.Env = c.env.WithSteps(stepScope(infos, i))
+		cc.Env = c.env.WithSteps(stepScope(infos, i)).Tracking(usage)
 		step := &Step{Spec: *s.DeepCopy()}
 		if s.When != "" {
 			prog, err := cc.Env.CompileCondition(s.When)

@@ -47,6 +47,13 @@ func (c *Compiled) RecordsEveryRun() bool {
 	return c.Spec == nil || c.Spec.RunHistory != v1alpha1.RunHistoryOnFailure || c.TwoPhase()
 }
 
+// ReadsTargetFirst reports whether a deletion's first pass starts from the whole object, read
+// from the API server: its run is recorded whatever the outcome (with the object's snapshot), it
+// is a two-phase request, or an expression of its pipeline reads `object`.
+func (c *Compiled) ReadsTargetFirst() bool {
+	return c.RecordsEveryRun() || c.Pipeline == nil || c.Pipeline.ReadsObject
+}
+
 // TwoPhase reports whether the policy runs its pipeline on a delete request, before the DELETE
 // (spec.trigger DeleteRequest).
 func (c *Compiled) TwoPhase() bool {

@@ -90,6 +90,8 @@ type Env struct {
 	untyped bool
 	// reserved are the names step kinds bind (see Reserve).
 	reserved map[string]bool
+	// usage, when set, records the variables compiled expressions read (see Tracking).
+	usage *Usage
 }
 
 // RunType is the type of `run`, and StepType of one entry of `steps`: maps, so that index forms
@@ -161,6 +163,7 @@ func (e *Env) compile(src string, wantBool bool) (*Program, error) {
 	if err := e.checkSteps(ast); err != nil {
 		return nil, err
 	}
+	e.usage.record(ast)
 	if wantBool {
 		if t := ast.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
 			return nil, fmt.Errorf("must evaluate to bool, not %s", t)

@@ -82,7 +82,7 @@ func (e *Env) Declare(vars ...Var) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("extending CEL environment: %w", err)
 	}
-	return &Env{cel: env, objects: objects, base: e.base, scope: e.scope, untyped: e.untyped, reserved: e.reserved}, nil
+	return &Env{cel: env, objects: objects, base: e.base, scope: e.scope, untyped: e.untyped, reserved: e.reserved, usage: e.usage}, nil
 }
 
 // Untyped returns an environment in which every object variable declared later is dynamic and no

@@ -118,6 +118,8 @@ type result struct {
 	rssRetained    int64   // RSS with n protected objects and every finished run retained
 	cpu            time.Duration
 	machineBusy    float64 // the share of all cores busy during the teardown
+	// CPU used so far by each process, before the first delete and after the last target went.
+	procsBefore, procsAfter processCPU
 }
 
 func run(o options) error {

@@ -37,7 +37,8 @@ type bench struct {
 	ep         *endpoint
 	metrics    string
 	ns         string
-	pprof      string // the operator's --pprof-bind-address, with -profile
+	pprof      string         // the operator's --pprof-bind-address, with -profile
+	pids       map[string]int // the cluster's processes and the contender's, by name
 }
 
 // runOne measures one contender on a fresh cluster of its own.
@@ -56,7 +57,7 @@ func runOne(o options, con contender) (*result, error) {
 			}
 		}()
 	}
-	b := &bench{o: o, contender: con, kubeconfig: kubeconfig}
+	b := &bench{o: o, contender: con, kubeconfig: kubeconfig, pids: clusterPIDs(kwokDir(o, cluster))}
 	if err := b.connect(ctx); err != nil {
 		return nil, err
 	}
@@ -230,6 +231,7 @@ func (b *bench) teardown(ctx context.Context, r *result) error {
 	}
 	deletedAt := make([]time.Time, b.o.n)
 	busyBefore, totalBefore := machineCPU()
+	procsBefore := sampleCPU(b.processes())
 	start := time.Now()
 	if err := b.deleteAll(ctx, deletedAt); err != nil {
 		diagnose(b.o, b.c, b.ns, gone.snapshot(), b.ep, b.metrics)
@@ -252,6 +254,7 @@ func (b *bench) teardown(ctx context.Context, r *result) error {
 	r.total = time.Since(start)
 	busy, total := machineCPU()
 	r.machineBusy = float64(busy-busyBefore) / float64(total-totalBefore)
+	r.procsBefore, r.procsAfter = procsBefore, sampleCPU(b.processes())
 	reportRestarts(gone, start)
 	if b.proc != nil {
 		r.cpu = b.proc.cpu() - cpuBefore
@@ -336,6 +339,9 @@ func (b *bench) print(r *result, lat []time.Duration, writes map[string]int) {
 	}
 	if r.machineBusy > 0 {
 		fmt.Printf("  machine CPU busy during teardown (every process): %.0f%%\n", 100*r.machineBusy)
+	}
+	if len(r.procsAfter) > 0 {
+		printPerObject(r.procsBefore, r.procsAfter, b.o.n)
 	}
 }
 

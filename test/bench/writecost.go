@@ -133,10 +133,12 @@ func benchEvent(ns string, i int) *corev1.Event {
 }
 
 // kwokDir is where kwokctl keeps the cluster's state (test/cluster/up.sh's KWOK_WORKDIR).
-func (b *bench) kwokDir(cluster string) string {
+func (b *bench) kwokDir(cluster string) string { return kwokDir(b.o, cluster) }
+
+func kwokDir(o options, cluster string) string {
 	dir := os.Getenv("KWOK_WORKDIR")
 	if dir == "" {
-		dir = filepath.Join(b.o.root, "bin", "kwok-state")
+		dir = filepath.Join(o.root, "bin", "kwok-state")
 	}
 	return filepath.Join(dir, "clusters", cluster)
 }

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -81,8 +82,25 @@ var _ = Describe("Run history", func() {
 		Expect(k8s.Delete(ctx, held)).To(Succeed())
 		Eventually(runPhase(ctx, held), 5*time.Second).Should(Equal(v1alpha1.RunRunning))
 		Expect(runFor(ctx, held)().Finalizers).To(ContainElement(v1alpha1.FinalizerRun), "a run that goes on holds its own finalizer")
+		By("its pipeline reads nothing of the object, which is read from the API server only when the run is recorded, for its snapshot")
+		var snapshot corev1.ConfigMap
+		Expect(json.Unmarshal(runFor(ctx, held)().Spec.Object.Raw, &snapshot)).To(Succeed())
+		Expect(snapshot.UID).To(Equal(held.UID))
+		Expect(snapshot.Labels).To(Equal(held.Labels))
+		Expect(snapshot.Data).To(Equal(held.Data))
+		Expect(snapshot.DeletionTimestamp).NotTo(BeNil())
 		Eventually(gone(ctx, held), 10*time.Second).Should(BeTrue())
 		Expect(runPhase(ctx, held)()).To(Equal(v1alpha1.RunSucceeded))
+
+		By("the same pipeline ending at once leaves no run")
+		quick := namespacedPolicy(ns, "quick", waitStep("now", 0))
+		quick.Spec.RunHistory = v1alpha1.RunHistoryOnFailure
+		for _, name := range []string{"quick-1", "quick-2"} {
+			cm := protect(ctx, quick, name)
+			Expect(k8s.Delete(ctx, cm)).To(Succeed())
+			Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
+			Consistently(runFor(ctx, cm), time.Second).Should(BeNil())
+		}
 
 		failing := namespacedPolicy(ns, "failing", v1alpha1.Step{Name: "broken", When: "object.data.nope == 'x'", Wait: &v1alpha1.WaitStep{Duration: dur(0)}})
 		failing.Spec.RunHistory = v1alpha1.RunHistoryOnFailure
