@@ -107,8 +107,9 @@ func (m *Manager) Acquire(gvk schema.GroupVersionKind, consumer string) (*meta.R
 	inf := metadatainformer.NewFilteredMetadataInformer(m.client, mapping.Resource, metav1.NamespaceAll, m.resync,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil).Informer()
 	// Managed fields are most of an object's metadata and the engine never reads them from the
-	// cache: dropping them roughly halves the memory per object.
-	if err := inf.SetTransform(stripManagedFields); err != nil {
+	// cache: dropping them roughly halves the memory per object. So does kubectl apply's copy of
+	// the whole object in an annotation, on objects applied client-side.
+	if err := inf.SetTransform(trimMetadata); err != nil {
 		return nil, err
 	}
 	if _, err := inf.AddEventHandler(m.handlerFuncs(gvk)); err != nil {
@@ -235,9 +236,17 @@ func (m *Manager) handlerFuncs(gvk schema.GroupVersionKind) cache.ResourceEventH
 	}
 }
 
-func stripManagedFields(obj any) (any, error) {
+// lastApplied is the annotation in which client-side kubectl apply keeps the whole object as
+// applied: as large as the object, and read by nothing in the engine's cache.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// trimMetadata drops from a cached object what the engine never reads from the cache (the
+// engine reads the whole object from the API server when it needs more than labels, finalizers,
+// its own annotations and the deletion timestamp).
+func trimMetadata(obj any) (any, error) {
 	if o, ok := obj.(*metav1.PartialObjectMetadata); ok {
 		o.ManagedFields = nil
+		delete(o.Annotations, lastApplied)
 	}
 	return obj, nil
 }

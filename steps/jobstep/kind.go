@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -84,8 +85,8 @@ func (*Kind) Name() string { return "job" }
 func (*Kind) BindsRun() bool { return true }
 
 // JobType is the type of job in successCondition: a batch/v1 Job, so that a misspelt field is
-// refused when the policy is compiled.
-var JobType = expr.TypeOf(reflect.TypeFor[batchv1.Job](), "batch.v1.Job")
+// refused when the policy is compiled. Built on first use, by the first policy with a job step.
+var JobType = sync.OnceValue(func() expr.Type { return expr.TypeOf(reflect.TypeFor[batchv1.Job](), "batch.v1.Job") })
 
 // Output keys of a job step.
 const (
@@ -156,7 +157,7 @@ func (k *Kind) Compile(cc steps.CompileContext, s *v1alpha1.Step, path *field.Pa
 	errs = append(errs, merrs...)
 	errs = append(errs, a.compileSpec(cc.Env, j.Template.Spec.Raw, p.Child("template", "spec"))...)
 	if j.SuccessCondition != "" {
-		env, err := cc.Env.Declare(expr.Var{Name: VarJob, Type: JobType})
+		env, err := cc.Env.Declare(expr.Var{Name: VarJob, Type: JobType()})
 		if err != nil {
 			return nil, append(errs, field.InternalError(p, err))
 		}

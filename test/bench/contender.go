@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"time"
@@ -103,8 +104,10 @@ func newTarget(contender, ns string, i int) *corev1.ConfigMap {
 // startPeer builds and runs the hand-written controller.
 func startPeer(o options, kubeconfig string, _ []string) (*process, error) {
 	bin := filepath.Join(o.root, "bin", "bench-peer")
-	build := exec.Command("go", "build", "-o", bin, "./test/bench/peer")
+	// Built as the operator is for release (make build), so that both binaries map alike.
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./test/bench/peer")
 	build.Dir = o.root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("building the peer controller: %v: %s", err, out)
 	}

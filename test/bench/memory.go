@@ -30,7 +30,8 @@ func (b *bench) protectAgain(ctx context.Context, r *result) error {
 	}
 	time.Sleep(2 * time.Second) // let the recount and the caches settle
 	r.rssRetained, r.peak = b.proc.rss(), b.proc.peak()
-	fmt.Printf("  memory with %d protected objects and %d retained runs: RSS %s, peak RSS over the benchmark %s\n",
-		b.o.n, retained, mib(r.rssRetained), mib(r.peak))
+	pid := b.proc.cmd.Process.Pid
+	fmt.Printf("  memory with %d protected objects and %d retained runs: RSS %s (anonymous %s, pages of the binary and files %s), peak RSS over the benchmark %s\n",
+		b.o.n, retained, mib(r.rssRetained), mib(procStatus(pid, "RssAnon")), mib(procStatus(pid, "RssFile")), mib(r.peak))
 	return nil
 }

@@ -1,0 +1,31 @@
+package watch
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestTrimMetadata(t *testing.T) {
+	obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+		Name:          "db",
+		Labels:        map[string]string{"app": "db"},
+		Finalizers:    []string{"teardownpolicy.teardown.dev/db"},
+		Annotations:   map[string]string{lastApplied: `{"kind":"ConfigMap","data":{"big":"..."}}`, "teardown.dev/abandon": "me"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+	}}
+	out, err := trimMetadata(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*metav1.PartialObjectMetadata)
+	if got.ManagedFields != nil {
+		t.Error("managed fields kept")
+	}
+	if _, ok := got.Annotations[lastApplied]; ok {
+		t.Error("kubectl's last applied configuration kept")
+	}
+	if got.Annotations["teardown.dev/abandon"] != "me" || got.Labels["app"] != "db" || len(got.Finalizers) != 1 {
+		t.Errorf("trimmed what the engine reads: %+v", got.ObjectMeta)
+	}
+}
