@@ -67,9 +67,6 @@ func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c 
 		if err := r.releaseTarget(ctx, run); err != nil {
 			return err
 		}
-		if !recorded {
-			r.released.add(tkey, target.UID, run.Spec.Finalizer)
-		}
 	}
 	// A run that goes on is passed again when its creation reaches the cache (the run
 	// controller's create event): woken earlier, the reconcile would find no run there.

@@ -8,10 +8,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// releasedTargets remembers the finalizers this engine removed from objects whose teardown left no
-// run (runHistory OnFailure, succeeded at once), until the target cache shows them removed. The
-// cache may still show such a finalizer for a moment after its release; with no run to find, a
-// reconcile in that window would start the teardown again.
+// releasedTargets remembers the finalizers this engine removed from objects at the end of their
+// teardown, until the target cache shows them removed. The cache may still show such a finalizer
+// for a moment after its release, when the run is no longer cached (a released run leaves the run
+// cache; with runHistory OnFailure an instant success has none): a reconcile in that window would
+// start the teardown again.
 type releasedTargets struct {
 	mu sync.Mutex
 	m  map[TargetKey]released

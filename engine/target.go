@@ -310,10 +310,11 @@ func (r *targetReconciler) createRunFromCache(ctx context.Context, key TargetKey
 	target := obj.DeepCopy()
 	target.SetGroupVersionKind(key.GVK)
 	run := p.NewRun(key.GVK, target, nil)
-	if r.placeRun(ctx, key, run) {
-		return nil
-	}
+	moved := r.moveRun(ctx, key, run)
 	snapshot := func(ctx context.Context, run *v1alpha1.TeardownRun) (bool, error) {
+		if moved && r.existingRun(ctx, key, run.Name) {
+			return false, nil
+		}
 		full, err := r.readFull(ctx, key)
 		if err != nil || full == nil {
 			return false, err
@@ -329,21 +330,34 @@ func (r *targetReconciler) createRunFromCache(ctx context.Context, key TargetKey
 }
 
 // placeRun puts a run in the run namespace when its target is cluster-scoped or its namespace is
-// being deleted. It reports true when the run is there already, in the target's namespace, from
-// before the namespace's deletion began: that run goes on.
+// being deleted (moveRun). It reports true when the run is there already, in the target's
+// namespace, from before the namespace's deletion began: that run goes on.
 func (r *targetReconciler) placeRun(ctx context.Context, key TargetKey, run *v1alpha1.TeardownRun) bool {
+	return r.moveRun(ctx, key, run) && r.existingRun(ctx, key, run.Name)
+}
+
+// moveRun puts a run in the run namespace when its target is cluster-scoped or its namespace is
+// being deleted, where nothing can be created, and reports whether it did.
+func (r *targetReconciler) moveRun(ctx context.Context, key TargetKey, run *v1alpha1.TeardownRun) bool {
 	if key.Namespace != "" && !r.reads.namespaceTerminating(ctx, key.Namespace) {
 		return false
 	}
-	if key.Namespace != "" {
-		existing := &v1alpha1.TeardownRun{}
-		if err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: run.Name}, existing); err == nil {
-			r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(existing)})
-			return true
-		}
-	}
 	run.Namespace = r.runNamespace
-	return false
+	return true
+}
+
+// existingRun reports whether the run named name exists in the target's namespace (created before
+// the namespace's deletion began), and passes it to the run controller if so.
+func (r *targetReconciler) existingRun(ctx context.Context, key TargetKey, name string) bool {
+	if key.Namespace == "" {
+		return false
+	}
+	existing := &v1alpha1.TeardownRun{}
+	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: name}, existing); err != nil {
+		return false
+	}
+	r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(existing)})
+	return true
 }
 
 // readFull reads the whole object from the API server; nil means it is gone.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -63,6 +64,46 @@ var _ = Describe("Teardown on a real control plane", func() {
 			Expect(r.Status.Step("drain").Phase).To(Equal(v1alpha1.StepSucceeded))
 			Expect(r.Status.Step("snapshot").Phase).To(Equal(v1alpha1.StepSucceeded))
 			Expect(r.Finalizers).NotTo(ContainElement(v1alpha1.FinalizerRun))
+		}
+	})
+
+	It("with runHistory OnFailure, keeps a run of each slow teardown of a namespace being deleted, and none of the instant ones", func() {
+		ns := newNamespace(ctx, "doomed-quiet")
+		quick := framework.NamespacedPolicy(ns, "quick", framework.WaitStep("now", 0))
+		slow := framework.NamespacedPolicy(ns, "slow", framework.WaitStep("drain", 2*time.Second))
+		for _, p := range []*v1alpha1.TeardownPolicy{quick, slow} {
+			p.Spec.RunHistory = v1alpha1.RunHistoryOnFailure
+			Expect(k8s.Create(ctx, p)).To(Succeed())
+		}
+		var targets []*corev1.ConfigMap
+		for i := range 20 {
+			app := map[bool]string{true: "quick", false: "slow"}[i%2 == 0]
+			cm := framework.ConfigMap(ns, fmt.Sprintf("%s-%02d", app, i), map[string]string{"app": app})
+			Expect(k8s.Create(ctx, cm)).To(Succeed())
+			targets = append(targets, cm)
+		}
+		for _, cm := range targets {
+			Eventually(probe.Finalizers(ctx, cm), 30*time.Second).Should(HaveLen(1))
+		}
+
+		Expect(k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+		Eventually(probe.Gone(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}), 2*time.Minute, time.Second).Should(BeTrue())
+
+		var runs v1alpha1.TeardownRunList
+		Expect(k8s.List(ctx, &runs, client.InNamespace(runNamespace), client.MatchingLabels{v1alpha1.LabelTargetNamespace: ns})).To(Succeed())
+		recorded := map[string]int{}
+		for _, r := range runs.Items {
+			recorded[r.Spec.Target.Name]++
+			Expect(r.Spec.PolicyRef.Name).To(Equal("slow"), "an instant teardown leaves no run: %s", r.Name)
+			Expect(r.Status.Phase).To(Equal(v1alpha1.RunSucceeded), "run %s: %s", r.Name, r.Status.Message)
+			var snapshot corev1.ConfigMap
+			Expect(json.Unmarshal(r.Spec.Object.Raw, &snapshot)).To(Succeed(), "run %s has its object's snapshot", r.Name)
+			Expect(snapshot.Name).To(Equal(r.Spec.Target.Name))
+			Expect(snapshot.Data).To(HaveKeyWithValue("k", "v"))
+		}
+		Expect(recorded).To(HaveLen(10), "every slow teardown recorded")
+		for name, n := range recorded {
+			Expect(n).To(Equal(1), "target %s has %d runs", name, n)
 		}
 	})
 
