@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -299,8 +300,8 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 }
 
 // createRunFromCache starts the run of a policy that keeps a run only when its pipeline does not
-// succeed at once, and whose pipeline reads nothing of the object: the cache's metadata is all
-// its first pass needs. The object is read from the API server (for the run's snapshot, and to
+// succeed at once, and whose pipeline reads no more of the object than metadata fields the cache
+// keeps: the cache's metadata is all its first pass needs. The object is read from the API server (for the run's snapshot, and to
 // make sure the cache was not behind) only if the run is to be recorded; an object this engine
 // has just released is known from releasedTargets, not from a read.
 func (r *targetReconciler) createRunFromCache(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, p *policy.Compiled) error {
@@ -310,6 +311,15 @@ func (r *targetReconciler) createRunFromCache(ctx context.Context, key TargetKey
 	target := obj.DeepCopy()
 	target.SetGroupVersionKind(key.GVK)
 	run := p.NewRun(key.GVK, target, nil)
+	if p.Pipeline.ReadsObject {
+		// Its expressions read only metadata fields the cache keeps: `object` is the cached
+		// metadata until the run, if recorded, gets the whole object.
+		raw, err := json.Marshal(target)
+		if err != nil {
+			return fmt.Errorf("encoding the metadata of %s: %w", key, err)
+		}
+		run.Spec.Object.Raw = raw
+	}
 	moved := r.moveRun(ctx, key, run)
 	snapshot := func(ctx context.Context, run *v1alpha1.TeardownRun) (bool, error) {
 		if moved && r.existingRun(ctx, key, run.Name) {

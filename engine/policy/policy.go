@@ -90,9 +90,11 @@ type Pipeline struct {
 	Steps         []*Step
 	FailurePolicy v1alpha1.FailurePolicy
 	Spec          *v1alpha1.Pipeline
-	// ReadsObject is false when no expression of the pipeline reads `object`: then a run that
-	// is not recorded needs no snapshot of its target.
-	ReadsObject bool
+	// ReadsObject is false when no expression of the pipeline reads `object`, and
+	// ReadsObjectBeyondMetadata when none reads more of it than the metadata fields the engine's
+	// cache keeps (expr.MetadataFields): then a run that is not recorded needs no read of its
+	// target from the API server.
+	ReadsObject, ReadsObjectBeyondMetadata bool
 }
 
 // Compiled is a policy ready for the engine.
@@ -296,7 +298,9 @@ func (c *Compiler) compilePipeline(spec *v1alpha1.Pipeline, namespace string, ta
 	}
 	infos := c.stepInfos(spec.Steps)
 	usage := &expr.Usage{}
-	defer func() { out.ReadsObject = usage.Reads(expr.VarObject) }()
+	defer func() {
+		out.ReadsObject, out.ReadsObjectBeyondMetadata = usage.Reads(expr.VarObject), usage.ReadsBeyondMetadata(expr.VarObject)
+	}()
 	seen := map[string]bool{}
 	for i := range spec.Steps {
 		s := &spec.Steps[i]

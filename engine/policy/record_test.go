@@ -48,8 +48,11 @@ func TestReadsTargetFirst(t *testing.T) {
 	}{
 		{"OnFailure, a wait of 0s", wait("", ""), v1alpha1.RunHistoryOnFailure, "", false, false},
 		{"OnFailure, a guard on run", wait("run.attempt < 2", ""), v1alpha1.RunHistoryOnFailure, "", false, false},
-		{"OnFailure, a guard on the object", wait("object.metadata.name != 'x'", ""), v1alpha1.RunHistoryOnFailure, "", true, true},
-		{"OnFailure, until over the object", wait("", "has(object.metadata.labels)"), v1alpha1.RunHistoryOnFailure, "", true, true},
+		{"OnFailure, a guard on the object's name", wait("object.metadata.name != 'x'", ""), v1alpha1.RunHistoryOnFailure, "", true, false},
+		{"OnFailure, a guard on the object's annotations", wait("object.metadata.annotations['x'] != 'y'", ""), v1alpha1.RunHistoryOnFailure, "", true, true},
+		{"OnFailure, a guard on the object's data", wait("object.data.x != 'y'", ""), v1alpha1.RunHistoryOnFailure, "", true, true},
+		{"OnFailure, until over the object's labels", wait("", "has(object.metadata.labels)"), v1alpha1.RunHistoryOnFailure, "", true, false},
+		{"OnFailure, until over the object's spec", wait("", "has(object.spec)"), v1alpha1.RunHistoryOnFailure, "", true, true},
 		{"Always (the default): the run keeps a snapshot", wait("", ""), "", "", false, true},
 		{"OnFailure, two-phase: always recorded", wait("", ""), v1alpha1.RunHistoryOnFailure, v1alpha1.TriggerDeleteRequest, false, true},
 	}

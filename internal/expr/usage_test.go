@@ -53,3 +53,33 @@ func TestUsageFollowsDerivedEnvironments(t *testing.T) {
 		t.Error("an environment derived from a tracking one records in the same Usage")
 	}
 }
+
+func TestUsageTellsMetadataFromTheRest(t *testing.T) {
+	tests := []struct {
+		src    string
+		beyond bool
+	}{
+		{"object.metadata.name == 'db'", false},
+		{"has(object.metadata.labels) && object.metadata.labels['tier'] == 'prod'", false},
+		{"object.metadata.uid != '' && object.metadata.namespace != ''", false},
+		{"object.metadata.annotations['x'] == 'y'", true},
+		{"object.metadata.managedFields.size() > 0", true},
+		{"has(object.metadata)", true},
+		{"object.spec.size > 1", true},
+		{"object['metadata']['name'] == 'db'", true},
+		{"object.metadata.name == 'db' && object.data.k == 'v'", true},
+		{"[1].all(object, object > 0)", true},
+		{"run.attempt < 3", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.src, func(t *testing.T) {
+			u := &Usage{}
+			if _, err := newEnv(t).Tracking(u).CompileCondition(tt.src); err != nil {
+				t.Fatal(err)
+			}
+			if got := u.ReadsBeyondMetadata(VarObject); got != tt.beyond {
+				t.Errorf("ReadsBeyondMetadata(object) = %v, want %v", got, tt.beyond)
+			}
+		})
+	}
+}

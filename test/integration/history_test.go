@@ -76,13 +76,16 @@ var _ = Describe("Run history", func() {
 
 	It("with runHistory OnFailure still records every pipeline that fails or goes on past its first pass", func() {
 		ns := newNamespace(ctx)
-		slow := namespacedPolicy(ns, "slow", waitStep("hold", 2*time.Second))
+		hold := waitStep("hold", 2*time.Second)
+		hold.When = "object.metadata.name != '' && object.metadata.labels['app'] == 'slow'"
+		slow := namespacedPolicy(ns, "slow", hold)
 		slow.Spec.RunHistory = v1alpha1.RunHistoryOnFailure
 		held := protect(ctx, slow, "held")
 		Expect(k8s.Delete(ctx, held)).To(Succeed())
 		Eventually(runPhase(ctx, held), 5*time.Second).Should(Equal(v1alpha1.RunRunning))
 		Expect(runFor(ctx, held)().Finalizers).To(ContainElement(v1alpha1.FinalizerRun), "a run that goes on holds its own finalizer")
-		By("its pipeline reads nothing of the object, which is read from the API server only when the run is recorded, for its snapshot")
+		Expect(runFor(ctx, held)().Status.Step("hold").Phase).NotTo(Equal(v1alpha1.StepSkipped), "its guard read the object's metadata from the cache")
+		By("its pipeline reads only the object's metadata, which the cache has: the object is read from the API server only when the run is recorded, for its snapshot")
 		var snapshot corev1.ConfigMap
 		Expect(json.Unmarshal(runFor(ctx, held)().Spec.Object.Raw, &snapshot)).To(Succeed())
 		Expect(snapshot.UID).To(Equal(held.UID))
@@ -93,7 +96,9 @@ var _ = Describe("Run history", func() {
 		Expect(runPhase(ctx, held)()).To(Equal(v1alpha1.RunSucceeded))
 
 		By("the same pipeline ending at once leaves no run")
-		quick := namespacedPolicy(ns, "quick", waitStep("now", 0))
+		now := waitStep("now", 0)
+		now.When = "object.metadata.labels['app'] == 'quick'" // fails, and so is recorded, were object not the metadata
+		quick := namespacedPolicy(ns, "quick", now)
 		quick.Spec.RunHistory = v1alpha1.RunHistoryOnFailure
 		for _, name := range []string{"quick-1", "quick-2"} {
 			cm := protect(ctx, quick, name)
