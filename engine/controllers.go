@@ -29,7 +29,7 @@ func (e *Engine) setupControllers(mgr manager.Manager) error {
 	// One run reconciler: the target controller runs a new run's first pass with it (birth).
 	e.runs = &runReconciler{client: e.client, reader: e.reader, registry: e.registry,
 		compiler: e.compiler, watches: e.watches, events: e.events, metrics: e.metrics, written: e.written,
-		released: newReleasedTargets(), lookups: e.lookups, kinds: e.kinds, runNamespace: e.opts.RunNamespace, retention: e.opts.RunRetention,
+		released: e.released, lookups: e.lookups, kinds: e.kinds, runNamespace: e.opts.RunNamespace, retention: e.opts.RunRetention,
 		fin: e.fin, wake: e.wake, reads: e.reads}
 	for _, setup := range []func(manager.Manager) error{e.setupPolicies, e.setupNamespaces, e.setupTargets, e.setupRuns} {
 		if err := setup(mgr); err != nil {

@@ -64,7 +64,9 @@ type Engine struct {
 	// guards records the kinds the deletion guards of protected objects look up.
 	guards  *interest[TargetKey]
 	written *writtenVersions
-	kinds   steps.Registry
+	// released are the finalizers this engine removed that the target cache may still show.
+	released *releasedTargets
+	kinds    steps.Registry
 	// matchErrs are the objects whose match fails to evaluate, per policy.
 	matchErrs *matchErrors
 }
@@ -109,6 +111,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 		lookups:   newInterest[reconcile.Request](),
 		guards:    newInterest[TargetKey](),
 		written:   newWrittenVersions(),
+		released:  newReleasedTargets(),
 		matchErrs: newMatchErrors(),
 		metrics:   newMetrics(),
 	}
@@ -171,6 +174,7 @@ func (e *Engine) route(ev watch.Event) {
 	}
 	e.recountOnFinalizers(ev)
 	if ev.Deleted {
+		e.released.forget(tkey)
 		for _, pkey := range e.matchErrs.forgetObject(tkey) {
 			e.wake.recountPolicy(pkey)
 		}

@@ -41,29 +41,36 @@ func (r *releasedTargets) add(key TargetKey, uid types.UID, finalizer string) {
 	r.m[key] = e
 }
 
-// holds reports whether the cached obj still shows finalizer although this engine removed it.
-// What the cache shows removed, or an object of another UID, is forgotten.
-func (r *releasedTargets) holds(key TargetKey, obj *metav1.PartialObjectMetadata, finalizer string) bool {
+// prune forgets what the cached obj shows done: finalizers no longer on it, or all of an earlier
+// object of the same name. Every reconcile of a target calls it, so an entry lasts until the
+// cache has caught up with the release (or the object is gone: see forget).
+func (r *releasedTargets) prune(key TargetKey, obj *metav1.PartialObjectMetadata) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.m[key]
 	if !ok {
-		return false
+		return
 	}
-	if e.uid != obj.UID {
-		delete(r.m, key)
-		return false
+	if e.uid == obj.UID {
+		e.finalizers = slices.DeleteFunc(e.finalizers, func(f string) bool { return !slices.Contains(obj.Finalizers, f) })
 	}
-	e.finalizers = slices.DeleteFunc(e.finalizers, func(f string) bool { return !slices.Contains(obj.Finalizers, f) })
-	if len(e.finalizers) == 0 {
+	if e.uid != obj.UID || len(e.finalizers) == 0 {
 		delete(r.m, key)
-		return false
+		return
 	}
 	r.m[key] = e
-	return slices.Contains(e.finalizers, finalizer)
 }
 
-// forget drops what is remembered of an object the cache no longer holds.
+// holds reports whether this engine removed finalizer from the object of that UID and the cache
+// has not shown it yet (call prune first).
+func (r *releasedTargets) holds(key TargetKey, uid types.UID, finalizer string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.m[key]
+	return ok && e.uid == uid && slices.Contains(e.finalizers, finalizer)
+}
+
+// forget drops what is remembered of an object that is gone.
 func (r *releasedTargets) forget(key TargetKey) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

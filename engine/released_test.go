@@ -24,22 +24,28 @@ func TestReleasedTargetsUntilTheCacheCatchesUp(t *testing.T) {
 		{"the stale cache still shows a released finalizer", cached("u1", "a", "b", "other"), "a", true},
 		{"and the other", cached("u1", "a", "b", "other"), "b", true},
 		{"a finalizer this engine did not release", cached("u1", "a", "b", "other"), "other", false},
-		{"the cache shows a removed: forgotten", cached("u1", "b", "other"), "b", true},
-		{"a is not asked back", cached("u1", "a", "b"), "a", false},
-		{"a new object of the same name", cached("u2", "b"), "b", false},
-		{"the old one is forgotten", cached("u1", "b"), "b", false},
+		{"the cache shows a removed: b is still held", cached("u1", "b", "other"), "b", true},
+		{"a, added back later (a released two-phase object armed again), is not held", cached("u1", "a", "b"), "a", false},
+		{"only a foreign finalizer left: all forgotten", cached("u1", "other"), "b", false},
 	}
 	for _, s := range steps {
-		if got := r.holds(key, s.obj, s.finalizer); got != s.want {
+		r.prune(key, s.obj)
+		if got := r.holds(key, s.obj.UID, s.finalizer); got != s.want {
 			t.Errorf("%s: holds(%s) = %v, want %v", s.name, s.finalizer, got, s.want)
 		}
 	}
-	r.add(key, "u3", "a")
-	r.forget(key)
-	if r.holds(key, cached("u3", "a"), "a") {
-		t.Error("an object gone from the cache is forgotten")
-	}
 	if len(r.m) != 0 {
 		t.Errorf("%d objects still remembered", len(r.m))
+	}
+
+	r.add(key, "u2", "a")
+	r.prune(key, cached("u3", "a"))
+	if r.holds(key, "u3", "a") || len(r.m) != 0 {
+		t.Error("a new object of the same name is not held, and the old one is forgotten")
+	}
+	r.add(key, "u4", "a")
+	r.forget(key)
+	if r.holds(key, "u4", "a") {
+		t.Error("an object gone from the cache is forgotten")
 	}
 }

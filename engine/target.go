@@ -57,6 +57,7 @@ func (r *targetReconciler) Reconcile(ctx context.Context, key TargetKey) (reconc
 		r.runs.released.forget(key)
 		return reconcile.Result{}, nil
 	}
+	r.runs.released.prune(key, obj)
 	if obj.DeletionTimestamp != nil {
 		return r.reconcileDeleting(ctx, key, obj)
 	}
@@ -193,7 +194,7 @@ func (r *targetReconciler) reconcileDeleting(ctx context.Context, key TargetKey,
 	runs := r.reads.runsOfTarget(ctx, obj.UID)
 	var result reconcile.Result
 	for _, f := range obj.Finalizers {
-		if !naming.IsOurs(f) || r.runs.released.holds(key, obj, f) {
+		if !naming.IsOurs(f) || r.runs.released.holds(key, obj.UID, f) {
 			continue
 		}
 		if i := slices.IndexFunc(runs, func(run v1alpha1.TeardownRun) bool { return run.Spec.Finalizer == f }); i >= 0 {
@@ -254,7 +255,8 @@ func (r *targetReconciler) releaseWithoutRun(ctx context.Context, key TargetKey,
 // namespace unless the target is cluster-scoped or its namespace is being deleted (where nothing
 // can be created); then it goes in the run namespace, labelled with the target.
 func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, p *policy.Compiled) error {
-	if !p.ReadsTargetFirst() {
+	// Break glass is attributed from the live object's managed fields, which the cache drops.
+	if !p.ReadsTargetFirst() && obj.Annotations[v1alpha1.AnnotationAbandon] == "" {
 		return r.createRunFromCache(ctx, key, obj, p)
 	}
 	full, err := r.readFull(ctx, key)
@@ -333,10 +335,25 @@ func (r *targetReconciler) createRunFromCache(ctx context.Context, key TargetKey
 		if live.GetUID() != obj.UID || !slices.Contains(live.GetFinalizers(), p.Finalizer) {
 			return false, nil
 		}
-		run.Spec.Object.Raw, err = policy.Snapshot(full)
-		return err == nil, err
+		return true, r.snapshotWithin(run, full)
 	}
 	return r.runs.birth(ctx, run, p, key, target, "", snapshot)
+}
+
+// snapshotWithin adds the object's snapshot to a run whose first pass ran without it. Should it
+// take the run past what etcd stores (the pass checked step outputs against the run as it was,
+// with the cached metadata alone), the run keeps that metadata as its snapshot.
+func (r *targetReconciler) snapshotWithin(run *v1alpha1.TeardownRun, full map[string]any) error {
+	snapshot, err := policy.Snapshot(full)
+	if err != nil {
+		return err
+	}
+	meta := run.Spec.Object.Raw
+	run.Spec.Object.Raw = snapshot
+	if b, err := json.Marshal(run); err == nil && len(b) > pipeline.MaxRunBytes {
+		run.Spec.Object.Raw = meta
+	}
+	return nil
 }
 
 // placeRun puts a run in the run namespace when its target is cluster-scoped or its namespace is
