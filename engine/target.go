@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -54,8 +55,7 @@ const recheckRecorded = 2 * time.Second
 func (r *targetReconciler) Reconcile(ctx context.Context, key TargetKey) (reconcile.Result, error) {
 	obj, ok := r.watches.Get(key.GVK, key.Namespace, key.Name)
 	if !ok {
-		r.runs.released.forget(key)
-		return reconcile.Result{}, nil
+		return reconcile.Result{}, nil // gone: its delete event forgot its releases (route)
 	}
 	r.runs.released.prune(key, obj)
 	if obj.DeletionTimestamp != nil {
@@ -267,7 +267,7 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 	// finished and was deleted (say with its namespace) while the target cache still shows the
 	// finalizer that run has since removed. Creating a run then would start a second teardown.
 	live := &unstructured.Unstructured{Object: full}
-	if live.GetUID() != obj.UID || !slices.Contains(live.GetFinalizers(), p.Finalizer) {
+	if !carries(live, obj.UID, p.Finalizer) {
 		return nil
 	}
 	var requested string
@@ -303,9 +303,10 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 
 // createRunFromCache starts the run of a policy that keeps a run only when its pipeline does not
 // succeed at once, and whose pipeline reads no more of the object than metadata fields the cache
-// keeps: the cache's metadata is all its first pass needs. The object is read from the API server (for the run's snapshot, and to
-// make sure the cache was not behind) only if the run is to be recorded; an object this engine
-// has just released is known from releasedTargets, not from a read.
+// keeps: the cache's metadata is all its first pass needs. The object is read from the API
+// server (for the run's snapshot, and to make sure the cache was not behind) only if the run is
+// to be recorded; an object this engine has just released is known from releasedTargets, not
+// from a read.
 func (r *targetReconciler) createRunFromCache(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, p *policy.Compiled) error {
 	if obj.DeletionTimestamp == nil || !slices.Contains(obj.Finalizers, p.Finalizer) {
 		return nil
@@ -332,7 +333,7 @@ func (r *targetReconciler) createRunFromCache(ctx context.Context, key TargetKey
 			return false, err
 		}
 		live := &unstructured.Unstructured{Object: full}
-		if live.GetUID() != obj.UID || !slices.Contains(live.GetFinalizers(), p.Finalizer) {
+		if !carries(live, obj.UID, p.Finalizer) {
 			return false, nil
 		}
 		return true, r.snapshotWithin(run, full)
@@ -385,6 +386,11 @@ func (r *targetReconciler) existingRun(ctx context.Context, key TargetKey, name 
 	}
 	r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(existing)})
 	return true
+}
+
+// carries reports whether the live object is the one of that UID and still holds finalizer.
+func carries(live *unstructured.Unstructured, uid types.UID, finalizer string) bool {
+	return live.GetUID() == uid && slices.Contains(live.GetFinalizers(), finalizer)
 }
 
 // readFull reads the whole object from the API server; nil means it is gone.

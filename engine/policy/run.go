@@ -3,6 +3,8 @@ package policy
 import (
 	"encoding/json"
 
+	corev1 "k8s.io/api/core/v1"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -58,7 +60,7 @@ func Snapshot(obj map[string]any) ([]byte, error) {
 		delete(u.Object, "stringData")
 		// kubectl apply keeps the whole applied object, data included, in this annotation.
 		ann := u.GetAnnotations()
-		delete(ann, "kubectl.kubernetes.io/last-applied-configuration")
+		delete(ann, corev1.LastAppliedConfigAnnotation)
 		u.SetAnnotations(ann)
 	}
 	return json.Marshal(u.Object)

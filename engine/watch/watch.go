@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -236,17 +238,14 @@ func (m *Manager) handlerFuncs(gvk schema.GroupVersionKind) cache.ResourceEventH
 	}
 }
 
-// lastApplied is the annotation in which client-side kubectl apply keeps the whole object as
-// applied: as large as the object, and read by nothing in the engine's cache.
-const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
-
 // trimMetadata drops from a cached object what the engine never reads from the cache (the
 // engine reads the whole object from the API server when it needs more than labels, finalizers,
 // its own annotations and the deletion timestamp).
 func trimMetadata(obj any) (any, error) {
 	if o, ok := obj.(*metav1.PartialObjectMetadata); ok {
 		o.ManagedFields = nil
-		delete(o.Annotations, lastApplied)
+		// Client-side kubectl apply keeps the whole object, as applied, in this annotation.
+		delete(o.Annotations, corev1.LastAppliedConfigAnnotation)
 	}
 	return obj, nil
 }

@@ -3,6 +3,8 @@ package watch
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -11,7 +13,7 @@ func TestTrimMetadata(t *testing.T) {
 		Name:          "db",
 		Labels:        map[string]string{"app": "db"},
 		Finalizers:    []string{"teardownpolicy.teardown.dev/db"},
-		Annotations:   map[string]string{lastApplied: `{"kind":"ConfigMap","data":{"big":"..."}}`, "teardown.dev/abandon": "me"},
+		Annotations:   map[string]string{corev1.LastAppliedConfigAnnotation: `{"kind":"ConfigMap","data":{"big":"..."}}`, "teardown.dev/abandon": "me"},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
 	}}
 	out, err := trimMetadata(obj)
@@ -22,7 +24,7 @@ func TestTrimMetadata(t *testing.T) {
 	if got.ManagedFields != nil {
 		t.Error("managed fields kept")
 	}
-	if _, ok := got.Annotations[lastApplied]; ok {
+	if _, ok := got.Annotations[corev1.LastAppliedConfigAnnotation]; ok {
 		t.Error("kubectl's last applied configuration kept")
 	}
 	if got.Annotations["teardown.dev/abandon"] != "me" || got.Labels["app"] != "db" || len(got.Finalizers) != 1 {
