@@ -134,6 +134,8 @@ func (e *Engine) setupRuns(mgr manager.Manager) error {
 			return (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) || !slices.Equal(o.GetFinalizers(), n.GetFinalizers()) ||
 				n.GetAnnotations()[v1alpha1.AnnotationRetry] != "" && o.GetAnnotations()[v1alpha1.AnnotationRetry] != n.GetAnnotations()[v1alpha1.AnnotationRetry]
 		}})).
+		// The cache has let a run go: what the engine remembers of its writes can go too.
+		Watches(&v1alpha1.TeardownRun{}, handler.Funcs{DeleteFunc: e.runs.forgetRun}).
 		WatchesRawSource(e.wake.runs.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: e.opts.RunWorkers}).
 		Complete(requeueConflicts[reconcile.Request](e.runs))

@@ -13,9 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
@@ -236,7 +238,8 @@ func (r *runReconciler) releaseSettled(ctx context.Context, p *pass) {
 }
 
 // readRun reads a run from the cache, or from the API server when the cache may not hold this
-// engine's last write to it (see writtenVersions). It returns nil once the run is gone.
+// engine's last write to it (see writtenVersions). It returns nil once the run is gone, or is a
+// record only (labelled released: nothing is left to do for it).
 func (r *runReconciler) readRun(ctx context.Context, key types.NamespacedName) (*v1alpha1.TeardownRun, error) {
 	run := &v1alpha1.TeardownRun{}
 	err := r.client.Get(ctx, key, run)
@@ -247,8 +250,13 @@ func (r *runReconciler) readRun(ctx context.Context, key types.NamespacedName) (
 		run = &v1alpha1.TeardownRun{} // decoding into the cached copy would keep its stale map entries
 		err = r.reader.Get(ctx, key, run)
 	}
-	if apierrors.IsNotFound(err) {
+	gone := apierrors.IsNotFound(err)
+	if gone && missed {
+		// Neither the cache nor the API server has it. (A run the cache still holds an older
+		// version of is forgotten when the cache lets it go: see forgetRun.)
 		r.written.forget(key)
+	}
+	if gone || err == nil && run.Labels[v1alpha1.LabelReleased] != "" {
 		r.trackWatches(reconcile.Request{NamespacedName: key}, nil)
 		return nil, nil
 	}
@@ -256,6 +264,13 @@ func (r *runReconciler) readRun(ctx context.Context, key types.NamespacedName) (
 		return nil, err
 	}
 	return run, nil
+}
+
+// forgetRun drops what this engine remembers of a run's last write once the cache has let the
+// run go (deleted, or labelled released): the cache serves no version of it any more, so no
+// reconcile can take an older one for the latest.
+func (r *runReconciler) forgetRun(_ context.Context, ev event.DeleteEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	r.written.forget(client.ObjectKeyFromObject(ev.Object))
 }
 
 // readTarget returns the target's metadata, or nil once it is gone. The metadata informer serves

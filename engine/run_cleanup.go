@@ -78,10 +78,13 @@ func (r *runReconciler) settle(ctx context.Context, run *v1alpha1.TeardownRun) e
 	if err != nil {
 		return err
 	}
-	if err := r.client.Patch(ctx, run.DeepCopy(), client.RawPatch(types.JSONPatchType, data)); err != nil {
+	settled := run.DeepCopy()
+	if err := r.client.Patch(ctx, settled, client.RawPatch(types.JSONPatchType, data)); err != nil {
 		return fmt.Errorf("settling run %s/%s: %w", run.Namespace, run.Name, err)
 	}
-	r.written.forget(client.ObjectKeyFromObject(run)) // it leaves the cache
+	// Remembered until the cache lets the run go (forgetRun): until then it may still serve an
+	// older version of it, whose steps are not all done.
+	r.written.set(client.ObjectKeyFromObject(run), settled.ResourceVersion)
 	return nil
 }
 

@@ -33,7 +33,9 @@ func leaderLock(cfg *rest.Config, namespace string) (*fence.Lock, error) {
 		return nil, err
 	}
 	id := host + "_" + string(uuid.NewUUID())
-	cfg = rest.AddUserAgent(cfg, "leader-election")
+	// A copy: rest.AddUserAgent edits the config it is given, and a timeout on the manager's
+	// config would also cut every informer's watch after it (client-go applies it to watches).
+	cfg = rest.AddUserAgent(rest.CopyConfig(cfg), "leader-election")
 	// One hung request must not cost the lease.
 	cfg.Timeout = renewDeadline / 2
 	core, err := corev1client.NewForConfig(cfg)

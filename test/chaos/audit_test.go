@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -81,12 +82,27 @@ func (ev *auditEvent) acknowledged() bool {
 	return ev.ResponseStatus != nil && ev.ResponseStatus.Code < 300 && ev.ObjectRef != nil
 }
 
+// answered reports whether the client could still have been waiting for the answer. The API
+// server keeps writing a request its timeout filter gave up on (the client got a 504, or had
+// given up itself: the requestURI's timeout is the client's too), and audits the late answer as
+// the write's own: the client never knew. A second short of the timeout is a margin for the
+// time the request took to reach the server.
+func (ev *auditEvent) answered() bool {
+	timeout := time.Minute // the API server's default --request-timeout
+	if u, err := url.Parse(ev.RequestURI); err == nil {
+		if d, err := time.ParseDuration(u.Query().Get("timeout")); err == nil && d > 0 {
+			timeout = d
+		}
+	}
+	return ev.StageTimestamp.Sub(ev.RequestReceived) < timeout-time.Second
+}
+
 // runWrites returns, for each run of namespace ns (by "namespace/name"), the requests that wrote
 // it and when each was answered: what the operator knew it had recorded, and when.
 func runWrites() map[string][]auditEvent {
 	out := map[string][]auditEvent{}
 	readAudit(func(ev *auditEvent) {
-		if ev.acknowledged() && ev.ObjectRef.Resource == "teardownruns" && ev.Verb != "delete" && ev.Verb != "get" {
+		if ev.acknowledged() && ev.answered() && ev.ObjectRef.Resource == "teardownruns" && ev.Verb != "delete" && ev.Verb != "get" {
 			name := ev.ObjectRef.Name
 			if name == "" && ev.RequestObject != nil {
 				name = ev.RequestObject.Metadata.Name // a create names its object in the body only
@@ -99,8 +115,8 @@ func runWrites() map[string][]auditEvent {
 }
 
 // recordedAt is when the operator learned that step's success was stored: the answer to the
-// first accepted write of the run whose body has the step Succeeded. A write whose answer it did
-// not get (a timeout, a crash) told it nothing: repeating the step then is allowed.
+// first accepted and answered write of the run whose body has the step Succeeded. A write whose
+// answer it did not get (a timeout, a crash) told it nothing: repeating the step then is allowed.
 func recordedAt(writes []auditEvent, step string) (time.Time, bool) {
 	for _, w := range writes {
 		if w.records(step) {
