@@ -103,7 +103,7 @@ func (e *Engine) setupTargets(mgr manager.Manager) error {
 	tc, err := controller.NewTyped[TargetKey]("target", mgr, controller.TypedOptions[TargetKey]{
 		Reconciler: requeueConflicts[TargetKey](&targetReconciler{client: e.client, reader: e.reader, registry: e.registry,
 			watches: e.watches, events: e.events, matchErrs: e.matchErrs, runNamespace: e.opts.RunNamespace,
-			fin: e.fin, reads: e.reads, wake: e.wake, runs: e.runs,
+			fin: e.fin, reads: e.reads, wake: e.wake, runs: e.runs, echoes: e.echoes,
 			lister: lookup.NewAPILister(e.reader, mgr.GetRESTMapper()), guardInterest: e.guards}),
 		MaxConcurrentReconciles: e.opts.TargetWorkers,
 	})

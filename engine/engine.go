@@ -66,7 +66,9 @@ type Engine struct {
 	written *writtenVersions
 	// released are the finalizers this engine removed that the target cache may still show.
 	released *releasedTargets
-	kinds    steps.Registry
+	// echoes are the finalizer writes of live objects whose watch events are not reconciled.
+	echoes *armingEchoes
+	kinds  steps.Registry
 	// matchErrs are the objects whose match fails to evaluate, per policy.
 	matchErrs *matchErrors
 }
@@ -112,6 +114,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 		guards:    newInterest[TargetKey](),
 		written:   newWrittenVersions(),
 		released:  newReleasedTargets(),
+		echoes:    newArmingEchoes(),
 		matchErrs: newMatchErrors(),
 		metrics:   newMetrics(),
 	}
@@ -169,7 +172,9 @@ func runOfOwned(_ context.Context, o client.Object) []reconcile.Request {
 func (e *Engine) route(ev watch.Event) {
 	o := ev.Object
 	tkey := TargetKey{GVK: ev.GVK, Namespace: o.Namespace, Name: o.Name}
-	if !ev.Deleted && e.registry.UsesGVK(ev.GVK) {
+	// An update that is the echo of an arming write reconciles nothing; any event forgets it.
+	echo := e.echoes.echo(tkey, ev.Old, o)
+	if !ev.Deleted && !echo && e.registry.UsesGVK(ev.GVK) {
 		e.wake.targets.Add(tkey)
 	}
 	e.recountOnFinalizers(ev)

@@ -69,6 +69,17 @@ func resourceArg(gvk schema.GroupVersionKind) string {
 	return strings.ToLower(gvk.Kind) + "." + gvk.Group
 }
 
+// twoPhase reports whether a two-phase policy may protect the object key names: its requests are
+// looked at on every reconcile of it.
+func (r *targetReconciler) twoPhase(key TargetKey) bool {
+	for _, p := range r.registry.ForGVK(key.GVK) {
+		if p.TwoPhase() && p.InScope(key.Namespace) {
+			return true
+		}
+	}
+	return false
+}
+
 // requests starts the pipelines that the object's delete request asks for: one per two-phase
 // policy whose finalizer it carries and whose deletion guard (if any) does not hold.
 func (r *targetReconciler) requests(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, v verdict) error {

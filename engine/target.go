@@ -39,6 +39,7 @@ type targetReconciler struct {
 	reads        clusterReads
 	wake         *wakeups
 	runs         *runReconciler
+	echoes       *armingEchoes
 	// lister reads what deletion guards look up; guardInterest records it, to be woken.
 	lister        lookup.Lister
 	guardInterest *interest[TargetKey]
@@ -107,13 +108,18 @@ func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj
 	if !changed {
 		return reconcile.Result{}, r.requests(ctx, key, obj, v)
 	}
+	// A request on an object just armed is looked at once its finalizer is in the cache: the
+	// write's own event does it. Without a two-phase policy that event has nothing to do.
+	if !r.twoPhase(key) {
+		r.echoes.expect(key, next)
+	}
 	if _, err := r.fin.write(ctx, key.GVK, obj, next); err != nil {
+		r.echoes.cancel(key)
 		if apierrors.IsNotFound(err) {
 			return reconcile.Result{}, nil // it went: nothing to protect
 		}
 		return reconcile.Result{}, fmt.Errorf("writing finalizers of %s: %w", key, err)
 	}
-	// A request on an object just armed is looked at once its finalizer is in the cache.
 	return reconcile.Result{}, nil
 }
 

@@ -65,7 +65,7 @@ func main() {
 	flag.StringVar(&o.extraArgs, "operator-args", "", "extra operator flags, space-separated (the default is none: production defaults)")
 	flag.StringVar(&o.step, "step", stepWait, "the policy's steps: wait (one, duration 0), http (one, a POST to a local server) or pipeline (wait 0s, http, wait 0s)")
 	flag.DurationVar(&o.httpDelay, "http-delay", 0, "with -step http, how long the local server waits before it answers")
-	flag.DurationVar(&o.profile, "profile", 0, "profile the operator's CPU for this long from the first delete, and its allocations, through --pprof-bind-address (bin/bench-operator.*.pprof)")
+	flag.DurationVar(&o.profile, "profile", 0, "profile the operator's CPU for this long from the first delete, its allocations, and its heap in use before the deletes, through --pprof-bind-address (bin/bench-operator.*.pprof)")
 	flag.StringVar(&o.contenders, "contenders", "raw,peer,operator,operator-onfailure", "who protects the targets, each on a fresh cluster: raw (the benchmark releases them itself), peer (a hand-written controller), operator (runHistory Always, the default), operator-onfailure (runHistory OnFailure)")
 	flag.BoolVar(&o.namespace, "namespace", false, "delete the targets' namespace instead of each target, and time until the namespace is gone")
 	flag.BoolVar(&o.writeCost, "write-cost", false, "instead of a teardown, measure the API server's and etcd's CPU per create of each object a teardown writes (a ConfigMap, an event, a TeardownRun)")

@@ -19,12 +19,17 @@ type profiler struct {
 	addr, dir string
 	done      chan error
 	apiserver chan error
+	peakErr   error // taking the heap profile before the deletes
 }
 
-// startProfile begins a CPU profile of d of the operator and of the API server; report collects
-// them.
+// startProfile takes the operator's heap in use (every target protected, none deleted yet), then
+// begins a CPU profile of d of the operator and of the API server; report collects them.
 func startProfile(ctx context.Context, cs kubernetes.Interface, addr, dir string, d time.Duration) *profiler {
 	p := &profiler{addr: addr, dir: dir, done: make(chan error, 1), apiserver: make(chan error, 1)}
+	if addr != "" {
+		// gc=1: live memory, as after a collection, not what the next one would free.
+		p.peakErr = fetch(ctx, "http://"+addr+"/debug/pprof/heap?gc=1", filepath.Join(dir, "bench-operator.protected-heap.pprof"))
+	}
 	go func() {
 		if addr == "" { // not the operator: the API server's profile alone
 			p.done <- nil
@@ -55,12 +60,16 @@ func (p *profiler) report(ctx context.Context) error {
 		{"the API server's CPU during the teardown (cumulative)", "bench-apiserver.cpu.pprof", ""},
 	}
 	if p.addr != "" {
+		if p.peakErr != nil {
+			return fmt.Errorf("heap profile with every target protected: %w", p.peakErr)
+		}
 		heap := filepath.Join(p.dir, "bench-operator.heap.pprof")
 		if err := fetch(ctx, "http://"+p.addr+"/debug/pprof/heap", heap); err != nil {
 			return fmt.Errorf("heap profile: %w", err)
 		}
 		views = append(views, struct{ title, file, sample string }{"the operator's CPU during the teardown (cumulative)", "bench-operator.cpu.pprof", ""},
-			struct{ title, file, sample string }{"the operator's allocations since start, by function (cumulative)", "bench-operator.heap.pprof", "-sample_index=alloc_space"})
+			struct{ title, file, sample string }{"the operator's allocations since start, by function (cumulative)", "bench-operator.heap.pprof", "-sample_index=alloc_space"},
+			struct{ title, file, sample string }{"the operator's memory in use with every target protected, by function (cumulative)", "bench-operator.protected-heap.pprof", "-sample_index=inuse_space"})
 	}
 	for _, view := range views {
 		args := []string{"tool", "pprof", "-top", "-cum", "-nodecount=30"}

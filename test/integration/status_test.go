@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
@@ -31,18 +32,23 @@ func policyCounts(ctx context.Context, p *v1alpha1.TeardownPolicy) func() counts
 	}
 }
 
+// scrapeMetrics reads the operator's metrics endpoint, as Prometheus would.
+func scrapeMetrics() (map[string]*dto.MetricFamily, error) {
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(resp.Body)
+}
+
 // gauges scrapes the operator's metrics endpoint, as Prometheus would, and returns the
 // teardown gauges of one policy.
 func gauges(p *v1alpha1.TeardownPolicy) func() counts {
 	label := fmt.Sprintf("TeardownPolicy/%s/%s", p.Namespace, p.Name)
 	return func() counts {
-		resp, err := http.Get("http://" + metricsAddr + "/metrics")
-		if err != nil {
-			return counts{-1, -1, -1, -1}
-		}
-		defer resp.Body.Close()
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		families, err := parser.TextToMetricFamilies(resp.Body)
+		families, err := scrapeMetrics()
 		if err != nil {
 			return counts{-1, -1, -1, -1}
 		}

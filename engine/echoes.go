@@ -1,0 +1,59 @@
+package engine
+
+import (
+	"maps"
+	"slices"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// armingEchoes remembers the finalizer list each write of a live object's finalizers sets, so that
+// the watch event the write causes does not reconcile the object again: the reconcile that wrote
+// it decided on that very version, finalizers aside, and left nothing to do. Halving the
+// reconciles of arming also keeps a burst of new objects from leaving a second queue of them
+// behind. The write is known by what it changed, not by the version it made: its event can
+// arrive before its response.
+type armingEchoes struct {
+	mu sync.Mutex
+	m  map[TargetKey][]string
+}
+
+func newArmingEchoes() *armingEchoes {
+	return &armingEchoes{m: map[TargetKey][]string{}}
+}
+
+// expect records that this engine is about to set the finalizers of the object key names.
+func (a *armingEchoes) expect(key TargetKey, finalizers []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.m[key] = slices.Clone(finalizers)
+}
+
+// cancel forgets a write that failed.
+func (a *armingEchoes) cancel(key TargetKey) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.m, key)
+}
+
+// echo reports whether an update of the object from old to cur is the echo of the write expected
+// for it: the finalizers it set, and nothing else changed. Any event forgets the write: events
+// come in order, so another one means the echo came before it or never comes (a relist
+// skipped it).
+func (a *armingEchoes) echo(key TargetKey, old, cur *metav1.PartialObjectMetadata) bool {
+	a.mu.Lock()
+	want, ok := a.m[key]
+	delete(a.m, key)
+	a.mu.Unlock()
+	return ok && old != nil && slices.Equal(cur.Finalizers, want) && onlyFinalizersChanged(old, cur)
+}
+
+// onlyFinalizersChanged reports whether two versions of a live object differ in nothing a
+// reconcile reads from the cache but their finalizers.
+func onlyFinalizersChanged(old, cur *metav1.PartialObjectMetadata) bool {
+	return old.UID == cur.UID && old.DeletionTimestamp == nil && cur.DeletionTimestamp == nil &&
+		old.Generation == cur.Generation && maps.Equal(old.Labels, cur.Labels) && maps.Equal(old.Annotations, cur.Annotations) &&
+		equality.Semantic.DeepEqual(old.OwnerReferences, cur.OwnerReferences)
+}

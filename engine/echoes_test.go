@@ -1,0 +1,68 @@
+package engine
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func TestArmingEchoes(t *testing.T) {
+	key := TargetKey{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Namespace: "ns", Name: "a"}
+	other := key
+	other.Name = "b"
+	fin := "teardownpolicy.teardown.dev/p"
+	version := func(finalizers []string, edit func(*metav1.ObjectMeta)) *metav1.PartialObjectMetadata {
+		m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{UID: "u1", Labels: map[string]string{"app": "p"}, Finalizers: finalizers}}
+		if edit != nil {
+			edit(&m.ObjectMeta)
+		}
+		return m
+	}
+	bare, armed := version(nil, nil), version([]string{fin}, nil)
+	type event struct {
+		key      TargetKey
+		old, cur *metav1.PartialObjectMetadata
+		echo     bool
+	}
+	for _, tc := range []struct {
+		name   string
+		expect map[TargetKey][]string
+		events []event
+	}{
+		{"the write's own event is its echo, once", map[TargetKey][]string{key: {fin}},
+			[]event{{key, bare, armed, true}, {key, bare, armed, false}}},
+		{"nothing written: no echo", nil, []event{{key, bare, armed, false}}},
+		{"an add is no echo", map[TargetKey][]string{key: {fin}}, []event{{key, nil, armed, false}}},
+		{"other finalizers", map[TargetKey][]string{key: {fin}},
+			[]event{{key, bare, version([]string{fin, "example.com/other"}, nil), false}}},
+		{"labels changed too", map[TargetKey][]string{key: {fin}},
+			[]event{{key, bare, version([]string{fin}, func(m *metav1.ObjectMeta) { m.Labels = map[string]string{"app": "q"} }), false}}},
+		{"deleting", map[TargetKey][]string{key: {fin}},
+			[]event{{key, bare, version([]string{fin}, func(m *metav1.ObjectMeta) { m.DeletionTimestamp = &metav1.Time{} }), false}}},
+		{"another event first: the echo came before it or never comes", map[TargetKey][]string{key: {fin}},
+			[]event{{key, bare, version(nil, func(m *metav1.ObjectMeta) { m.Annotations = map[string]string{"a": "b"} }), false}, {key, bare, armed, false}}},
+		{"per object", map[TargetKey][]string{key: {fin}}, []event{{other, bare, armed, false}, {key, bare, armed, true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newArmingEchoes()
+			for k, f := range tc.expect {
+				a.expect(k, f)
+			}
+			for i, ev := range tc.events {
+				if got := a.echo(ev.key, ev.old, ev.cur); got != ev.echo {
+					t.Errorf("event %d: echo %v, want %v", i, got, ev.echo)
+				}
+			}
+			if len(a.m) != 0 {
+				t.Errorf("%d writes still remembered", len(a.m))
+			}
+		})
+	}
+	a := newArmingEchoes()
+	a.expect(key, []string{fin})
+	a.cancel(key)
+	if a.echo(key, bare, armed) {
+		t.Error("a cancelled write has an echo")
+	}
+}
