@@ -17,18 +17,37 @@ import (
 // arrive before its response.
 type armingEchoes struct {
 	mu sync.Mutex
-	m  map[TargetKey][]string
+	m  map[TargetKey]armingWrite
+}
+
+// armingWrite is one write of an object's finalizers: the list it sets, and the version it made
+// once its response has come ("" before).
+type armingWrite struct {
+	finalizers []string
+	rv         string
 }
 
 func newArmingEchoes() *armingEchoes {
-	return &armingEchoes{m: map[TargetKey][]string{}}
+	return &armingEchoes{m: map[TargetKey]armingWrite{}}
 }
 
 // expect records that this engine is about to set the finalizers of the object key names.
 func (a *armingEchoes) expect(key TargetKey, finalizers []string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.m[key] = slices.Clone(finalizers)
+	a.m[key] = armingWrite{finalizers: slices.Clone(finalizers)}
+}
+
+// wrote records the version the write made, unless its event came first. From then on only an
+// event of that version is its echo: after a relist, an update can carry the write and a later
+// change together.
+func (a *armingEchoes) wrote(key TargetKey, rv string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if w, ok := a.m[key]; ok {
+		w.rv = rv
+		a.m[key] = w
+	}
 }
 
 // cancel forgets a write that failed.
@@ -39,15 +58,16 @@ func (a *armingEchoes) cancel(key TargetKey) {
 }
 
 // echo reports whether an update of the object from old to cur is the echo of the write expected
-// for it: the finalizers it set, and nothing else changed. Any event forgets the write: events
-// come in order, so another one means the echo came before it or never comes (a relist
-// skipped it).
+// for it: the finalizers it set (at the version it made, once known), and nothing else changed.
+// Any event forgets the write: events come in order, so another one means the echo came before
+// it or never comes as such.
 func (a *armingEchoes) echo(key TargetKey, old, cur *metav1.PartialObjectMetadata) bool {
 	a.mu.Lock()
-	want, ok := a.m[key]
+	w, ok := a.m[key]
 	delete(a.m, key)
 	a.mu.Unlock()
-	return ok && old != nil && slices.Equal(cur.Finalizers, want) && onlyFinalizersChanged(old, cur)
+	return ok && old != nil && (w.rv == "" || w.rv == cur.ResourceVersion) &&
+		slices.Equal(cur.Finalizers, w.finalizers) && onlyFinalizersChanged(old, cur)
 }
 
 // onlyFinalizersChanged reports whether two versions of a live object differ in nothing a

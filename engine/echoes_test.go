@@ -5,6 +5,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 func TestArmingEchoes(t *testing.T) {
@@ -64,5 +65,48 @@ func TestArmingEchoes(t *testing.T) {
 	a.cancel(key)
 	if a.echo(key, bare, armed) {
 		t.Error("a cancelled write has an echo")
+	}
+
+	// Once the write's response has come, only the version it made is its echo: a relist can
+	// merge it with a later change of what the cache does not keep (a ConfigMap's data).
+	at := func(m *metav1.PartialObjectMetadata, rv string) *metav1.PartialObjectMetadata {
+		m = m.DeepCopy()
+		m.ResourceVersion = rv
+		return m
+	}
+	a.expect(key, []string{fin})
+	a.wrote(key, "8")
+	if a.echo(key, at(bare, "7"), at(armed, "9")) {
+		t.Error("a later version is taken for the write's echo")
+	}
+	a.expect(key, []string{fin})
+	a.wrote(key, "8")
+	if !a.echo(key, at(bare, "7"), at(armed, "8")) {
+		t.Error("the write's own version is not its echo")
+	}
+	// The event came before the response: the response does not bring the write back.
+	a.expect(key, []string{fin})
+	if !a.echo(key, at(bare, "7"), at(armed, "8")) {
+		t.Error("an echo before the response is not taken")
+	}
+	a.wrote(key, "8")
+	if len(a.m) != 0 {
+		t.Error("a response after its echo is remembered")
+	}
+}
+
+func TestWrittenVersionsUpdate(t *testing.T) {
+	w := newWrittenVersions()
+	key := types.NamespacedName{Namespace: "ns", Name: "run"}
+	w.set(key, unknownVersion)
+	w.forget(key) // the cache let the run go before the write's response came
+	w.update(key, "9")
+	if w.known(key) {
+		t.Error("a response brought back a run the cache let go")
+	}
+	w.set(key, unknownVersion)
+	w.update(key, "9")
+	if w.stale(key, "9") || !w.stale(key, "8") {
+		t.Error("the write's version is not the one expected")
 	}
 }

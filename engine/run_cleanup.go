@@ -78,13 +78,16 @@ func (r *runReconciler) settle(ctx context.Context, run *v1alpha1.TeardownRun) e
 	if err != nil {
 		return err
 	}
+	// Remembered until the cache lets the run go (forgetRun): until then it may still serve an
+	// older version of it, whose steps are not all done. Marked unknown first: the cache can let
+	// it go before the patch's response comes, and the response must not bring it back.
+	key := client.ObjectKeyFromObject(run)
+	r.written.set(key, unknownVersion)
 	settled := run.DeepCopy()
 	if err := r.client.Patch(ctx, settled, client.RawPatch(types.JSONPatchType, data)); err != nil {
 		return fmt.Errorf("settling run %s/%s: %w", run.Namespace, run.Name, err)
 	}
-	// Remembered until the cache lets the run go (forgetRun): until then it may still serve an
-	// older version of it, whose steps are not all done.
-	r.written.set(client.ObjectKeyFromObject(run), settled.ResourceVersion)
+	r.written.update(key, settled.ResourceVersion)
 	return nil
 }
 

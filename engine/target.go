@@ -108,17 +108,23 @@ func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj
 	if !changed {
 		return reconcile.Result{}, r.requests(ctx, key, obj, v)
 	}
-	// A request on an object just armed is looked at once its finalizer is in the cache: the
-	// write's own event does it. Without a two-phase policy that event has nothing to do.
-	if !r.twoPhase(key) {
+	// A request on an object just armed is looked at once its finalizer is in the cache, and a
+	// guard that could not be evaluated is tried again: the write's own event does both. Without
+	// a two-phase policy or a guard that event has nothing to do.
+	skipEcho := r.finalizersOnly(key)
+	if skipEcho {
 		r.echoes.expect(key, next)
 	}
-	if _, err := r.fin.write(ctx, key.GVK, obj, next); err != nil {
+	rv, err := r.fin.write(ctx, key.GVK, obj, next)
+	if err != nil {
 		r.echoes.cancel(key)
 		if apierrors.IsNotFound(err) {
 			return reconcile.Result{}, nil // it went: nothing to protect
 		}
 		return reconcile.Result{}, fmt.Errorf("writing finalizers of %s: %w", key, err)
+	}
+	if skipEcho {
+		r.echoes.wrote(key, rv)
 	}
 	return reconcile.Result{}, nil
 }

@@ -46,6 +46,16 @@ func (w *writtenVersions) set(key types.NamespacedName, rv string) {
 	w.m[key] = rv
 }
 
+// update records the version a write produced if the run is still remembered (its cache may
+// have let it go meanwhile).
+func (w *writtenVersions) update(key types.NamespacedName, rv string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.m[key]; ok {
+		w.m[key] = rv
+	}
+}
+
 // forget drops a run that is gone.
 func (w *writtenVersions) forget(key types.NamespacedName) {
 	w.mu.Lock()
