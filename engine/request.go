@@ -69,18 +69,6 @@ func resourceArg(gvk schema.GroupVersionKind) string {
 	return strings.ToLower(gvk.Kind) + "." + gvk.Group
 }
 
-// finalizersOnly reports whether the policies that may protect the object key names ask no more
-// of a reconcile of it than its finalizers: none is two-phase (whose requests are looked at on
-// every reconcile) or has a deletion guard (evaluated on every reconcile).
-func (r *targetReconciler) finalizersOnly(key TargetKey) bool {
-	for _, p := range r.registry.ForGVK(key.GVK) {
-		if (p.TwoPhase() || p.Guard != nil) && p.InScope(key.Namespace) {
-			return false
-		}
-	}
-	return true
-}
-
 // requests starts the pipelines that the object's delete request asks for: one per two-phase
 // policy whose finalizer it carries and whose deletion guard (if any) does not hold.
 func (r *targetReconciler) requests(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, v verdict) error {

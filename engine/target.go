@@ -108,25 +108,7 @@ func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj
 	if !changed {
 		return reconcile.Result{}, r.requests(ctx, key, obj, v)
 	}
-	// A request on an object just armed is looked at once its finalizer is in the cache, and a
-	// guard that could not be evaluated is tried again: the write's own event does both. Without
-	// a two-phase policy or a guard that event has nothing to do.
-	skipEcho := r.finalizersOnly(key)
-	if skipEcho {
-		r.echoes.expect(key, next)
-	}
-	rv, err := r.fin.write(ctx, key.GVK, obj, next)
-	if err != nil {
-		r.echoes.cancel(key)
-		if apierrors.IsNotFound(err) {
-			return reconcile.Result{}, nil // it went: nothing to protect
-		}
-		return reconcile.Result{}, fmt.Errorf("writing finalizers of %s: %w", key, err)
-	}
-	if skipEcho {
-		r.echoes.wrote(key, rv)
-	}
-	return reconcile.Result{}, nil
+	return reconcile.Result{}, r.arm(ctx, key, obj, next)
 }
 
 // desiredFinalizers returns the finalizers the object should carry (want) and those whose presence

@@ -1,20 +1,58 @@
 package engine
 
 import (
+	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
+
+// arm writes the live object's finalizers. A request on an object just armed is looked at once
+// its finalizer is in the cache, and a guard that could not be evaluated is tried again: the
+// write's own event does both. Without a two-phase policy or a guard that event has nothing to do,
+// and is not reconciled (armingEchoes).
+func (r *targetReconciler) arm(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, finalizers []string) error {
+	skipEcho := r.finalizersOnly(key)
+	if skipEcho {
+		r.echoes.expect(key, finalizers)
+	}
+	rv, err := r.fin.write(ctx, key.GVK, obj, finalizers)
+	if err != nil {
+		r.echoes.cancel(key)
+		if apierrors.IsNotFound(err) {
+			return nil // it went: nothing to protect
+		}
+		return fmt.Errorf("writing finalizers of %s: %w", key, err)
+	}
+	if skipEcho {
+		r.echoes.wrote(key, rv)
+	}
+	return nil
+}
+
+// finalizersOnly reports whether the policies that may protect the object key names ask no more
+// of a reconcile of it than its finalizers: none is two-phase (whose requests are looked at on
+// every reconcile) or has a deletion guard (evaluated on every reconcile).
+func (r *targetReconciler) finalizersOnly(key TargetKey) bool {
+	for _, p := range r.registry.ForGVK(key.GVK) {
+		if (p.TwoPhase() || p.Guard != nil) && p.InScope(key.Namespace) {
+			return false
+		}
+	}
+	return true
+}
 
 // armingEchoes remembers the finalizer list each write of a live object's finalizers sets, so that
 // the watch event the write causes does not reconcile the object again: the reconcile that wrote
 // it decided on that very version, finalizers aside, and left nothing to do. Halving the
 // reconciles of arming also keeps a burst of new objects from leaving a second queue of them
-// behind. The write is known by what it changed, not by the version it made: its event can
-// arrive before its response.
+// behind. The write is known by what it changed, and by the version it made once its response
+// has come: its event can arrive before its response.
 type armingEchoes struct {
 	mu sync.Mutex
 	m  map[TargetKey]armingWrite
