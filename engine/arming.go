@@ -92,7 +92,7 @@ func (a *armingEchoes) wrote(key TargetKey, rv string) {
 func (a *armingEchoes) cancel(key TargetKey) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	delete(a.m, key)
+	deleteShrinking(&a.m, key)
 }
 
 // echo reports whether an update of the object from old to cur is the echo of the write expected
@@ -102,7 +102,7 @@ func (a *armingEchoes) cancel(key TargetKey) {
 func (a *armingEchoes) echo(key TargetKey, old, cur *metav1.PartialObjectMetadata) bool {
 	a.mu.Lock()
 	w, ok := a.m[key]
-	delete(a.m, key)
+	deleteShrinking(&a.m, key)
 	a.mu.Unlock()
 	return ok && old != nil && (w.rv == "" || w.rv == cur.ResourceVersion) &&
 		slices.Equal(cur.Finalizers, w.finalizers) && onlyFinalizersChanged(old, cur)

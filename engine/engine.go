@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	eventsclient "k8s.io/client-go/kubernetes/typed/events/v1"
 	"k8s.io/client-go/metadata"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -120,7 +121,15 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 	}
 	e.reads = clusterReads{client: e.client}
 	e.wake = newWakeups(e.registry)
-	e.events = newEventSink(mgr.GetEventRecorder("teardown-operator"), e.reads.namespaceTerminating)
+	ec, err := eventsclient.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, fmt.Errorf("events client: %w", err)
+	}
+	final := newFinalEvents(ec, "teardown-operator", ctrl.Log.WithName("events"))
+	if err := mgr.Add(final); err != nil {
+		return nil, err
+	}
+	e.events = newEventSink(mgr.GetEventRecorder("teardown-operator"), final, e.reads.namespaceTerminating)
 	deps := steps.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper(),
 		Wake:   func(run types.NamespacedName) { e.wake.runs.Add(reconcile.Request{NamespacedName: run}) },
 		Config: mgr.GetConfig(), NamespaceTerminating: e.reads.namespaceTerminating, Fence: opts.Fence}
@@ -128,7 +137,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 	e.compiler = policy.NewCompiler(env, e.kinds, policy.KindScope(mgr.GetRESTMapper()))
 	e.watches = watch.NewManager(mc, mgr.GetRESTMapper(), e.route, opts.Resync, ctrl.Log.WithName("watch"))
 	e.wake.watches = e.watches
-	e.fin = &finalizerWriter{client: e.client, reader: e.reader, watches: e.watches}
+	e.fin = &finalizerWriter{client: e.client, metadata: mc, reader: e.reader, watches: e.watches}
 	if err := mgr.Add(e.watches); err != nil {
 		return nil, err
 	}

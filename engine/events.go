@@ -6,6 +6,7 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 )
@@ -14,11 +15,12 @@ import (
 // API server refuses every create there, and trying would cost a request for each.
 type eventSink struct {
 	rec         recorder.EventRecorder
+	final       *finalEvents
 	terminating func(ctx context.Context, ns string) bool
 }
 
-func newEventSink(rec recorder.EventRecorder, terminating func(context.Context, string) bool) *eventSink {
-	return &eventSink{rec: rec, terminating: terminating}
+func newEventSink(rec recorder.EventRecorder, final *finalEvents, terminating func(context.Context, string) bool) *eventSink {
+	return &eventSink{rec: rec, final: final, terminating: terminating}
 }
 
 // emit records ev on regarding (and its related object, if any).
@@ -26,15 +28,31 @@ func (s *eventSink) emit(ctx context.Context, regarding, related runtime.Object,
 	if regarding == nil || s.terminating(ctx, ns) {
 		return
 	}
-	typ := corev1.EventTypeNormal
+	typ, action := eventTypeAndAction(ev)
+	s.rec.Eventf(regarding, related, typ, ev.Reason, action, "%s", truncate(ev.Note, 1000))
+}
+
+// emitFinal records ev on an object whose teardown ends with it: the object goes, so the event
+// can never repeat (see finalEvents).
+func (s *eventSink) emitFinal(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, ev pipeline.Event) {
+	if obj == nil || s.terminating(ctx, key.Namespace) {
+		return
+	}
+	typ, action := eventTypeAndAction(ev)
+	ref := &corev1.ObjectReference{APIVersion: key.GVK.GroupVersion().String(), Kind: key.GVK.Kind,
+		Namespace: key.Namespace, Name: key.Name, UID: obj.UID, ResourceVersion: obj.ResourceVersion}
+	s.final.send(ref, nil, typ, ev.Reason, action, truncate(ev.Note, 1000))
+}
+
+func eventTypeAndAction(ev pipeline.Event) (typ, action string) {
+	typ, action = corev1.EventTypeNormal, ev.Action
 	if ev.Warning {
 		typ = corev1.EventTypeWarning
 	}
-	action := ev.Action
 	if action == "" {
 		action = ev.Reason
 	}
-	s.rec.Eventf(regarding, related, typ, ev.Reason, action, "%s", truncate(ev.Note, 1000))
+	return typ, action
 }
 
 // truncate cuts s to at most n bytes on a rune boundary, marking the cut with "...".

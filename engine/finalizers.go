@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -27,9 +28,28 @@ func metaRef(gvk schema.GroupVersionKind, namespace, name string) *metav1.Partia
 
 // finalizerWriter writes finalizer lists without ever dropping another writer's finalizer.
 type finalizerWriter struct {
-	client  client.Client
-	reader  client.Reader
-	watches *watch.Manager
+	client   client.Client
+	metadata metadata.Interface
+	reader   client.Reader
+	watches  *watch.Manager
+}
+
+// patch patches the metadata of one object and returns its new resourceVersion. A watched kind
+// (every target) goes straight to its resource; the client's REST mapper lookup would allocate
+// kilobytes on each of the two writes of an object's life.
+func (f *finalizerWriter) patch(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string, pt types.PatchType, data []byte) (string, error) {
+	if gvr, ok := f.watches.Resource(gvk); ok {
+		out, err := f.metadata.Resource(gvr).Namespace(namespace).Patch(ctx, name, pt, data, metav1.PatchOptions{FieldManager: FieldManager})
+		if err != nil {
+			return "", err
+		}
+		return out.ResourceVersion, nil
+	}
+	out := metaRef(gvk, namespace, name)
+	if err := f.client.Patch(ctx, out, client.RawPatch(pt, data)); err != nil {
+		return "", err
+	}
+	return out.ResourceVersion, nil
 }
 
 // write replaces the finalizers of the object whose metadata (as read) is obj. The patch
@@ -47,11 +67,7 @@ func (f *finalizerWriter) write(ctx context.Context, gvk schema.GroupVersionKind
 	if err != nil {
 		return "", err
 	}
-	target := metaRef(gvk, obj.Namespace, obj.Name)
-	if err := f.client.Patch(ctx, target, client.RawPatch(types.MergePatchType, data)); err != nil {
-		return "", err
-	}
-	return target.ResourceVersion, nil
+	return f.patch(ctx, gvk, obj.Namespace, obj.Name, types.MergePatchType, data)
 }
 
 // conflictRetry is how soon a reconcile that lost a write race runs again, with fresh data.
@@ -130,9 +146,5 @@ func (f *finalizerWriter) patchOut(ctx context.Context, gvk schema.GroupVersionK
 	if err != nil {
 		return "", err
 	}
-	out := metaRef(gvk, obj.Namespace, obj.Name)
-	if err := f.client.Patch(ctx, out, client.RawPatch(types.JSONPatchType, data)); err != nil {
-		return "", err
-	}
-	return out.ResourceVersion, nil
+	return f.patch(ctx, gvk, obj.Namespace, obj.Name, types.JSONPatchType, data)
 }

@@ -55,7 +55,7 @@ func (r *releasedTargets) prune(key TargetKey, obj *metav1.PartialObjectMetadata
 		e.finalizers = slices.DeleteFunc(e.finalizers, func(f string) bool { return !slices.Contains(obj.Finalizers, f) })
 	}
 	if e.uid != obj.UID || len(e.finalizers) == 0 {
-		delete(r.m, key)
+		deleteShrinking(&r.m, key)
 		return
 	}
 	r.m[key] = e
@@ -74,5 +74,5 @@ func (r *releasedTargets) holds(key TargetKey, uid types.UID, finalizer string) 
 func (r *releasedTargets) forget(key TargetKey) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.m, key)
+	deleteShrinking(&r.m, key)
 }

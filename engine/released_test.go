@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"reflect"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,5 +48,30 @@ func TestReleasedTargetsUntilTheCacheCatchesUp(t *testing.T) {
 	r.forget(key)
 	if r.holds(key, "u4", "a") {
 		t.Error("an object gone from the cache is forgotten")
+	}
+}
+
+func TestDeleteShrinking(t *testing.T) {
+	m := map[int]string{}
+	for i := range 10000 {
+		m[i] = "x"
+	}
+	grown := reflect.ValueOf(m).UnsafePointer()
+	for i := range 9999 {
+		deleteShrinking(&m, i)
+	}
+	if reflect.ValueOf(m).UnsafePointer() != grown || m[9999] != "x" {
+		t.Fatal("a map with entries left was replaced or lost one")
+	}
+	deleteShrinking(&m, 9999)
+	if len(m) != 0 || reflect.ValueOf(m).UnsafePointer() == grown {
+		t.Fatal("an emptied map kept its space")
+	}
+	if n := testing.AllocsPerRun(100, func() { deleteShrinking(&m, 1) }); n != 0 {
+		t.Errorf("deleting from an empty map allocates %v times", n)
+	}
+	m[1] = "y"
+	if m[1] != "y" {
+		t.Error("the new map does not take entries")
 	}
 }

@@ -202,7 +202,7 @@ func (r *runReconciler) flushEvents(ctx context.Context, p *pass) {
 		case eventsOnPolicy:
 			r.events.emit(ctx, p.policyRef, nil, p.run.Spec.PolicyRef.Namespace, ev)
 		case eventsOnTarget:
-			r.events.emit(ctx, targetRef(p.tkey, p.target), nil, p.tkey.Namespace, ev)
+			r.events.emitFinal(ctx, p.tkey, p.target, ev)
 		case eventsOnRunAndTarget:
 			r.events.emit(ctx, p.run, nil, p.run.Namespace, ev)
 			if p.target != nil {

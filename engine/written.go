@@ -60,5 +60,16 @@ func (w *writtenVersions) update(key types.NamespacedName, rv string) {
 func (w *writtenVersions) forget(key types.NamespacedName) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.m, key)
+	deleteShrinking(&w.m, key)
+}
+
+// deleteShrinking deletes key from *m and, once *m is empty, replaces it with a new map. A Go map
+// keeps the space of its largest size after its entries are deleted: the maps that follow writes
+// in flight would otherwise hold a burst's worth (10,000 deletions at once) for good.
+func deleteShrinking[K comparable, V any](m *map[K]V, key K) {
+	n := len(*m)
+	delete(*m, key)
+	if n > 0 && len(*m) == 0 {
+		*m = map[K]V{}
+	}
 }

@@ -47,6 +47,7 @@ type Manager struct {
 	mu      sync.Mutex
 	ctx     context.Context
 	entries map[schema.GroupVersionKind]*entry
+	shared  *interner
 }
 
 type entry struct {
@@ -58,7 +59,8 @@ type entry struct {
 
 // NewManager returns a manager; Start must be called before Acquire starts informers.
 func NewManager(client metadata.Interface, mapper meta.RESTMapper, handler Handler, resync time.Duration, log logr.Logger) *Manager {
-	return &Manager{client: client, mapper: mapper, handler: handler, resync: resync, log: log, entries: map[schema.GroupVersionKind]*entry{}}
+	return &Manager{client: client, mapper: mapper, handler: handler, resync: resync, log: log,
+		entries: map[schema.GroupVersionKind]*entry{}, shared: newInterner()}
 }
 
 // Start records the context informers run under and blocks until it ends, then stops them all.
@@ -107,10 +109,7 @@ func (m *Manager) Acquire(gvk schema.GroupVersionKind, consumer string) (*meta.R
 	}
 	inf := metadatainformer.NewFilteredMetadataInformer(m.client, mapping.Resource, metav1.NamespaceAll, m.resync,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil).Informer()
-	// Managed fields are most of an object's metadata and the engine never reads them from the
-	// cache: dropping them roughly halves the memory per object. So does kubectl apply's copy of
-	// the whole object in an annotation, on objects applied client-side.
-	if err := inf.SetTransform(trimMetadata); err != nil {
+	if err := inf.SetTransform(m.transform); err != nil {
 		return nil, err
 	}
 	if _, err := inf.AddEventHandler(m.handlerFuncs(gvk)); err != nil {
@@ -158,6 +157,17 @@ func (m *Manager) Watching(gvk schema.GroupVersionKind) bool {
 	defer m.mu.Unlock()
 	_, ok := m.entries[gvk]
 	return ok
+}
+
+// Resource returns the resource of a watched kind, as resolved when its watch started, without
+// asking the REST mapper (which allocates a list of candidate mappings on every call).
+func (m *Manager) Resource(gvk schema.GroupVersionKind) (schema.GroupVersionResource, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.entries[gvk]; ok {
+		return e.mapping.Resource, true
+	}
+	return schema.GroupVersionResource{}, false
 }
 
 // Synced reports whether gvk's informer has listed every object once.
@@ -237,14 +247,21 @@ func (m *Manager) handlerFuncs(gvk schema.GroupVersionKind) cache.ResourceEventH
 	}
 }
 
-// trimMetadata drops from a cached object what the engine never reads from the cache (the
-// engine reads the whole object from the API server when it needs more than labels, finalizers,
-// its own annotations and the deletion timestamp).
-func trimMetadata(obj any) (any, error) {
+// transform is what the informers keep of an object: trimmed, sharing what it has in common with
+// the others.
+func (m *Manager) transform(obj any) (any, error) {
 	if o, ok := obj.(*metav1.PartialObjectMetadata); ok {
-		o.ManagedFields = nil
-		// Client-side kubectl apply keeps the whole object, as applied, in this annotation.
-		delete(o.Annotations, corev1.LastAppliedConfigAnnotation)
+		trimMetadata(o)
+		m.shared.object(o)
 	}
 	return obj, nil
+}
+
+// trimMetadata drops from a cached object what the engine never reads from the cache (the
+// engine reads the whole object from the API server when it needs more than labels, finalizers,
+// its own annotations and the deletion timestamp). Managed fields are most of an object's
+// metadata; client-side kubectl apply keeps the whole object, as applied, in an annotation.
+func trimMetadata(o *metav1.PartialObjectMetadata) {
+	o.ManagedFields = nil
+	delete(o.Annotations, corev1.LastAppliedConfigAnnotation)
 }

@@ -15,7 +15,8 @@ func TestTrimMetadata(t *testing.T) {
 		Annotations:   map[string]string{corev1.LastAppliedConfigAnnotation: `{"kind":"ConfigMap","data":{"big":"..."}}`, "teardown.dev/abandon": "me"},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
 	}}
-	out, err := trimMetadata(obj)
+	m := &Manager{shared: newInterner()}
+	out, err := m.transform(obj)
 	if err != nil {
 		t.Fatal(err)
 	}

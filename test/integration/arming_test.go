@@ -9,6 +9,8 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 )
 
 // reconciles returns how many reconciles the operator's controller of that name has made, read
@@ -37,6 +39,20 @@ var _ = Describe("Arming", func() {
 		p := namespacedPolicy(ns, "armed", waitStep("noop", 0))
 		Expect(k8s.Create(ctx, p)).To(Succeed())
 		expectReady(ctx, p, metav1.ConditionTrue)
+		// The count is the controller's, across the cluster: wait until other specs' policies that
+		// look at every event of a ConfigMap (a guard, a two-phase trigger) are gone and their
+		// teardowns have settled, so that only this spec's objects are reconciled.
+		Eventually(func(g Gomega) {
+			var cluster v1alpha1.ClusterTeardownPolicyList
+			g.Expect(k8s.List(ctx, &cluster)).To(Succeed())
+			for _, c := range cluster.Items {
+				g.Expect(c.Spec.DeletionGuard == nil && c.Spec.Trigger != v1alpha1.TriggerDeleteRequest).To(BeTrue(),
+					"ClusterTeardownPolicy %s has a guard or a two-phase trigger", c.Name)
+			}
+			at := reconciles("target")
+			time.Sleep(time.Second)
+			g.Expect(reconciles("target")).To(Equal(at), "the target controller is busy with other specs' objects")
+		}, time.Minute, time.Second).Should(Succeed())
 		before := reconciles("target")
 		var objs []*corev1.ConfigMap
 		for i := range n {

@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	. "github.com/onsi/gomega/gstruct"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -42,6 +43,21 @@ var _ = Describe("Run history", func() {
 			"TeardownSucceeded: Teardown succeeded at once (steps: first succeeded, skipped skipped); finalizer " + finalizerOf(always) +
 				" removed (TeardownRun " + run.Namespace + "/" + run.Name + ")"))
 		Consistently(probe().EventNotes(ctx, run), 2*time.Second).Should(BeEmpty())
+		var list eventsv1.EventList
+		Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+		var final []eventsv1.Event
+		for _, e := range list.Items {
+			if e.Regarding.UID == cm.UID {
+				final = append(final, e)
+			}
+		}
+		Expect(final).To(HaveLen(1))
+		Expect(final[0]).To(MatchFields(IgnoreExtras, Fields{
+			"Reason": Equal(v1alpha1.ReasonSucceeded), "Action": Equal(v1alpha1.ReasonSucceeded), "Type": Equal(corev1.EventTypeNormal),
+			"ReportingController": Equal("teardown-operator"), "ReportingInstance": HavePrefix("teardown-operator-"),
+			"Regarding": MatchFields(IgnoreExtras, Fields{"APIVersion": Equal("v1"), "Kind": Equal("ConfigMap"), "Name": Equal(cm.Name), "Namespace": Equal(ns)}),
+			"Related":   BeNil(), "Series": BeNil(),
+		}), "sent as the events library sends a first event")
 
 		By("runHistory OnFailure: the same pipeline leaves no run; the policy's one event series counts such teardowns")
 		onFailure := namespacedPolicy(ns, "onfailure", instant...)

@@ -1,0 +1,64 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	eventsclient "k8s.io/client-go/kubernetes/typed/events/v1"
+)
+
+func TestFinalEventsNeverBlock(t *testing.T) {
+	f := newFinalEvents(nil, "teardown-operator", logr.Discard())
+	ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Name: "orders", UID: "u1"}
+	for range finalEventBacklog + 10 {
+		f.send(ref, nil, corev1.EventTypeNormal, "TeardownSucceeded", "TeardownSucceeded", "done")
+	}
+	if got := f.dropped.Load(); got != 10 {
+		t.Errorf("dropped %d events past the backlog, want 10", got)
+	}
+	ev := <-f.queue
+	if ev.Namespace != "default" || !strings.HasPrefix(ev.Name, "orders.") || ev.Regarding.UID != "u1" ||
+		ev.ReportingController != "teardown-operator" || !strings.HasPrefix(ev.ReportingInstance, "teardown-operator-") || ev.EventTime.IsZero() {
+		t.Errorf("event not made as the events library makes a first event: %+v", ev)
+	}
+}
+
+// recordingEvents takes event creates in memory: the shutdown below is about what the sender does
+// with its queue, not about the API server (the integration suite sends to a real one).
+type recordingEvents struct {
+	eventsclient.EventInterface
+	mu      sync.Mutex
+	created []string
+}
+
+func (r *recordingEvents) Events(string) eventsclient.EventInterface { return r }
+
+func (r *recordingEvents) Create(_ context.Context, ev *eventsv1.Event, _ metav1.CreateOptions) (*eventsv1.Event, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.created = append(r.created, ev.Regarding.Name)
+	return ev, nil
+}
+
+func TestFinalEventsSentAtShutdown(t *testing.T) {
+	sink := &recordingEvents{}
+	f := newFinalEvents(sink, "teardown-operator", logr.Discard())
+	for i := range 20 {
+		f.send(&corev1.ObjectReference{Name: fmt.Sprint(i)}, nil, corev1.EventTypeNormal, "TeardownSucceeded", "TeardownSucceeded", "done")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // stopped before it started: what was queued must still go
+	if err := f.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(sink.created) != 20 || len(f.queue) != 0 {
+		t.Errorf("sent %d of 20 queued events at shutdown, %d left", len(sink.created), len(f.queue))
+	}
+}
