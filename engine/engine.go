@@ -41,8 +41,9 @@ type Options struct {
 	StuckAfter time.Duration
 	// Resync is the period of the dynamic informers' resync.
 	Resync time.Duration
-	// Fence is checked before side effects outside the API server (steps.Deps.Fence); nil
-	// allows always. The API client the manager gives the engine is fenced on its own.
+	// Fence is checked before side effects outside the API server (steps.Deps.Fence) and before
+	// the finalizer writes that go past the manager's client (which is fenced on its own); nil
+	// allows always.
 	Fence func() error
 }
 
@@ -137,7 +138,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 	e.compiler = policy.NewCompiler(env, e.kinds, policy.KindScope(mgr.GetRESTMapper()))
 	e.watches = watch.NewManager(mc, mgr.GetRESTMapper(), e.route, opts.Resync, ctrl.Log.WithName("watch"))
 	e.wake.watches = e.watches
-	e.fin = &finalizerWriter{client: e.client, metadata: mc, reader: e.reader, watches: e.watches}
+	e.fin = &finalizerWriter{client: e.client, metadata: mc, reader: e.reader, watches: e.watches, fence: opts.Fence}
 	if err := mgr.Add(e.watches); err != nil {
 		return nil, err
 	}
