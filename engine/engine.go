@@ -7,7 +7,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	eventsclient "k8s.io/client-go/kubernetes/typed/events/v1"
 	"k8s.io/client-go/metadata"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -122,15 +121,9 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 	}
 	e.reads = clusterReads{client: e.client}
 	e.wake = newWakeups(e.registry)
-	ec, err := eventsclient.NewForConfig(mgr.GetConfig())
-	if err != nil {
-		return nil, fmt.Errorf("events client: %w", err)
-	}
-	final := newFinalEvents(ec, "teardown-operator", ctrl.Log.WithName("events"))
-	if err := mgr.Add(final); err != nil {
+	if e.events, err = setupEvents(mgr, e.reads.namespaceTerminating); err != nil {
 		return nil, err
 	}
-	e.events = newEventSink(mgr.GetEventRecorder("teardown-operator"), final, e.reads.namespaceTerminating)
 	deps := steps.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper(),
 		Wake:   func(run types.NamespacedName) { e.wake.runs.Add(reconcile.Request{NamespacedName: run}) },
 		Config: mgr.GetConfig(), NamespaceTerminating: e.reads.namespaceTerminating, Fence: opts.Fence}

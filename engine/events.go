@@ -2,12 +2,16 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"unicode/utf8"
 
 	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	eventsclient "k8s.io/client-go/kubernetes/typed/events/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 )
 
@@ -21,6 +25,20 @@ type eventSink struct {
 
 func newEventSink(rec recorder.EventRecorder, final *finalEvents, terminating func(context.Context, string) bool) *eventSink {
 	return &eventSink{rec: rec, final: final, terminating: terminating}
+}
+
+// setupEvents makes the event sink: the events library's recorder for events that may repeat,
+// and the final-event sender (a manager runnable) for the last event of an object.
+func setupEvents(mgr manager.Manager, terminating func(context.Context, string) bool) (*eventSink, error) {
+	client, err := eventsclient.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, fmt.Errorf("events client: %w", err)
+	}
+	final := newFinalEvents(client, "teardown-operator", ctrl.Log.WithName("events"))
+	if err := mgr.Add(final); err != nil {
+		return nil, err
+	}
+	return newEventSink(mgr.GetEventRecorder("teardown-operator"), final, terminating), nil
 }
 
 // emit records ev on regarding (and its related object, if any).
