@@ -52,8 +52,8 @@ func newFinalEvents(client eventsclient.EventsGetter, controller string, log log
 		log: log, queue: make(chan *eventsv1.Event, finalEventBacklog)}
 }
 
-// send queues an event regarding ref (related may be nil); it never blocks.
-func (f *finalEvents) send(ref, related *corev1.ObjectReference, typ, reason, action, note string) {
+// send queues an event regarding ref; it never blocks.
+func (f *finalEvents) send(ref *corev1.ObjectReference, typ, reason, action, note string) {
 	now := time.Now()
 	ns := ref.Namespace
 	if ns == "" {
@@ -62,7 +62,7 @@ func (f *finalEvents) send(ref, related *corev1.ObjectReference, typ, reason, ac
 	ev := &eventsv1.Event{
 		ObjectMeta: metav1.ObjectMeta{Name: util.GenerateEventName(ref.Name, now.UnixNano()), Namespace: ns},
 		EventTime:  metav1.NewMicroTime(now), ReportingController: f.controller, ReportingInstance: f.instance,
-		Action: action, Reason: reason, Regarding: *ref, Related: related, Note: note, Type: typ,
+		Action: action, Reason: reason, Regarding: *ref, Note: note, Type: typ,
 	}
 	select {
 	case f.queue <- ev:

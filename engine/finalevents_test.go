@@ -18,7 +18,7 @@ func TestFinalEventsNeverBlock(t *testing.T) {
 	f := newFinalEvents(nil, "teardown-operator", logr.Discard())
 	ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Name: "orders", UID: "u1"}
 	for range finalEventBacklog + 10 {
-		f.send(ref, nil, corev1.EventTypeNormal, "TeardownSucceeded", "TeardownSucceeded", "done")
+		f.send(ref, corev1.EventTypeNormal, "TeardownSucceeded", "TeardownSucceeded", "done")
 	}
 	if got := f.dropped.Load(); got != 10 {
 		t.Errorf("dropped %d events past the backlog, want 10", got)
@@ -51,7 +51,7 @@ func TestFinalEventsSentAtShutdown(t *testing.T) {
 	sink := &recordingEvents{}
 	f := newFinalEvents(sink, "teardown-operator", logr.Discard())
 	for i := range 20 {
-		f.send(&corev1.ObjectReference{Name: fmt.Sprint(i)}, nil, corev1.EventTypeNormal, "TeardownSucceeded", "TeardownSucceeded", "done")
+		f.send(&corev1.ObjectReference{Name: fmt.Sprint(i)}, corev1.EventTypeNormal, "TeardownSucceeded", "TeardownSucceeded", "done")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // stopped before it started: what was queued must still go
