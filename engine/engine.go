@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -18,6 +19,7 @@ import (
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/engine/watch"
 	"github.com/teardown-dev/teardown-operator/internal/expr"
+	"github.com/teardown-dev/teardown-operator/internal/fence"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -41,8 +43,8 @@ type Options struct {
 	// Resync is the period of the dynamic informers' resync.
 	Resync time.Duration
 	// Fence is checked before side effects outside the API server (steps.Deps.Fence) and before
-	// the finalizer writes that go past the manager's client (which is fenced on its own); nil
-	// allows always.
+	// every write of the metadata client, which goes past the manager's client (fenced on its
+	// own); nil allows always.
 	Fence func() error
 }
 
@@ -102,9 +104,9 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 	if err != nil {
 		return nil, err
 	}
-	mc, err := metadata.NewForConfig(mgr.GetConfig())
+	mc, err := metadataClient(mgr.GetConfig(), opts.Fence)
 	if err != nil {
-		return nil, fmt.Errorf("metadata client: %w", err)
+		return nil, err
 	}
 	e := &Engine{
 		opts:      opts,
@@ -131,7 +133,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 	e.compiler = policy.NewCompiler(env, e.kinds, policy.KindScope(mgr.GetRESTMapper()))
 	e.watches = watch.NewManager(mc, mgr.GetRESTMapper(), e.route, opts.Resync, ctrl.Log.WithName("watch"))
 	e.wake.watches = e.watches
-	e.fin = &finalizerWriter{client: e.client, metadata: mc, reader: e.reader, watches: e.watches, fence: opts.Fence}
+	e.fin = &finalizerWriter{client: e.client, metadata: mc, reader: e.reader, watches: e.watches}
 	if err := mgr.Add(e.watches); err != nil {
 		return nil, err
 	}
@@ -147,6 +149,21 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 		return nil, err
 	}
 	return e, nil
+}
+
+// metadataClient builds the client of the target watches and of the finalizer writes. It does
+// not go through the manager's fenced client, so its transport carries the fence: whatever
+// writes through it later is refused once the lease may be lost.
+func metadataClient(cfg *rest.Config, fenceCheck func() error) (metadata.Interface, error) {
+	cfg = rest.CopyConfig(cfg)
+	if fenceCheck != nil {
+		cfg.Wrap(fence.Transport(fenceCheck))
+	}
+	mc, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("metadata client: %w", err)
+	}
+	return mc, nil
 }
 
 func (e *Engine) indexRuns(ctx context.Context, mgr manager.Manager) error {

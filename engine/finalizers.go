@@ -32,22 +32,14 @@ type finalizerWriter struct {
 	metadata metadata.Interface
 	reader   client.Reader
 	watches  *watch.Manager
-	// fence refuses writes once this replica may have lost its lease, as the fenced client does
-	// (nil: no leader election).
-	fence func() error
 }
 
 // patch patches the metadata of one object and returns its new resourceVersion. A watched kind
-// (every target) goes straight to its resource, past the fenced client, so it checks the fence
-// itself; the client's REST mapper lookup would allocate kilobytes on each of the two writes of
-// an object's life.
+// (every target) goes straight to its resource through the metadata client (fenced like the
+// manager's, see metadataClient): the client's REST mapper lookup would allocate kilobytes on
+// each of the two writes of an object's life.
 func (f *finalizerWriter) patch(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string, pt types.PatchType, data []byte) (string, error) {
 	if gvr, ok := f.watches.Resource(gvk); ok {
-		if f.fence != nil {
-			if err := f.fence(); err != nil {
-				return "", err
-			}
-		}
 		out, err := f.metadata.Resource(gvr).Namespace(namespace).Patch(ctx, name, pt, data, metav1.PatchOptions{FieldManager: FieldManager})
 		if err != nil {
 			return "", err

@@ -22,7 +22,8 @@ import (
 // a ConfigMap like the benchmark's targets, the event the operator records on one, and the
 // TeardownRun the operator records for an instant success (taken from a real teardown), whole
 // and without its snapshot. With no controller running, it creates N of each
-// and reports the CPU the API server and etcd spent per create.
+// and reports the CPU the API server and etcd spent per create; then the same for each way of
+// releasing a terminating object (releaseCost).
 func writeCost(o options) error {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
@@ -84,7 +85,7 @@ func writeCost(o options) error {
 		fmt.Printf("%-44s %10.0f %14s %10s\n", kind.name, float64(o.n)/took.Seconds(),
 			per(cpuOf(pids["kube-apiserver"])-api0), per(cpuOf(pids["etcd"])-etcd0))
 	}
-	return nil
+	return releaseCost(ctx, b, pids)
 }
 
 // recordedRun lets the operator tear one object down and returns the run it recorded.
