@@ -21,7 +21,7 @@ func (r *targetReconciler) arm(ctx context.Context, key TargetKey, obj *metav1.P
 	if skipEcho {
 		r.echoes.expect(key, finalizers)
 	}
-	rv, err := r.fin.write(ctx, key.GVK, obj, finalizers)
+	rv, err := r.fin.write(ctx, key.GVK(), obj, finalizers)
 	if err != nil {
 		r.echoes.cancel(key)
 		if apierrors.IsNotFound(err) {
@@ -39,7 +39,7 @@ func (r *targetReconciler) arm(ctx context.Context, key TargetKey, obj *metav1.P
 // of a reconcile of it than its finalizers: none is two-phase (whose requests are looked at on
 // every reconcile) or has a deletion guard (evaluated on every reconcile).
 func (r *targetReconciler) finalizersOnly(key TargetKey) bool {
-	for _, p := range r.registry.ForGVK(key.GVK) {
+	for _, p := range r.registry.ForGVK(key.GVK()) {
 		if (p.TwoPhase() || p.Guard != nil) && p.InScope(key.Namespace) {
 			return false
 		}

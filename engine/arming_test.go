@@ -9,7 +9,7 @@ import (
 )
 
 func TestArmingEchoes(t *testing.T) {
-	key := TargetKey{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Namespace: "ns", Name: "a"}
+	key := NewTargetKey(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, "ns", "a")
 	other := key
 	other.Name = "b"
 	fin := "teardownpolicy.teardown.dev/p"

@@ -87,7 +87,7 @@ func newWakeups(registry *policy.Registry) *wakeups {
 // enqueueTargets queues every cached object of gvk in namespace (empty: all).
 func (w *wakeups) enqueueTargets(gvk schema.GroupVersionKind, namespace string) {
 	for _, o := range w.watches.List(gvk, namespace) {
-		w.targets.Add(TargetKey{GVK: gvk, Namespace: o.Namespace, Name: o.Name})
+		w.targets.Add(NewTargetKey(gvk, o.Namespace, o.Name))
 	}
 }
 

@@ -48,7 +48,7 @@ func TestCountRuns(t *testing.T) {
 func TestMatchErrors(t *testing.T) {
 	m := newMatchErrors()
 	p, q := policy.Key{Kind: policy.KindNamespaced, Namespace: "ns", Name: "p"}, policy.Key{Kind: policy.KindCluster, Name: "q"}
-	a := TargetKey{GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Namespace: "ns", Name: "a"}
+	a := NewTargetKey(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, "ns", "a")
 	b := a
 	b.Name = "b"
 	steps := []struct {

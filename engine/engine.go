@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unique"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -78,15 +79,31 @@ type Engine struct {
 
 var namespaceGVK = schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}
 
-// TargetKey identifies one object of some target kind.
+// TargetKey identifies one object of some target kind. It is the target queue's item and the key
+// of the maps that follow writes in flight, so with 10,000 deletions queued it exists several
+// times over per object: the kind is an interned handle (8 bytes, where a GroupVersionKind is 48).
 type TargetKey struct {
-	GVK       schema.GroupVersionKind
+	kind      unique.Handle[schema.GroupVersionKind]
 	Namespace string
 	Name      string
 }
 
+// NewTargetKey is the key of object namespace/name of kind gvk.
+func NewTargetKey(gvk schema.GroupVersionKind, namespace, name string) TargetKey {
+	return TargetKey{kind: unique.Make(gvk), Namespace: namespace, Name: name}
+}
+
+// GVK is the object's kind.
+func (k TargetKey) GVK() schema.GroupVersionKind {
+	var zero unique.Handle[schema.GroupVersionKind]
+	if k.kind == zero {
+		return schema.GroupVersionKind{}
+	}
+	return k.kind.Value()
+}
+
 func (k TargetKey) String() string {
-	return fmt.Sprintf("%s %s/%s", k.GVK.Kind, k.Namespace, k.Name)
+	return fmt.Sprintf("%s %s/%s", k.GVK().Kind, k.Namespace, k.Name)
 }
 
 // Setup builds the engine and registers its controllers and watches with mgr.
@@ -191,7 +208,7 @@ func runOfOwned(_ context.Context, o client.Object) []reconcile.Request {
 // route receives every event of the dynamic informers and queues the work it implies.
 func (e *Engine) route(ev watch.Event) {
 	o := ev.Object
-	tkey := TargetKey{GVK: ev.GVK, Namespace: o.Namespace, Name: o.Name}
+	tkey := NewTargetKey(ev.GVK, o.Namespace, o.Name)
 	// An update that is the echo of an arming write reconciles nothing; any event forgets it.
 	echo := e.echoes.echo(tkey, ev.Old, o)
 	if !ev.Deleted && !echo && e.registry.UsesGVK(ev.GVK) {

@@ -57,7 +57,7 @@ func (s *eventSink) emitFinal(ctx context.Context, key TargetKey, obj *metav1.Pa
 		return
 	}
 	typ, action := eventTypeAndAction(ev)
-	ref := &corev1.ObjectReference{APIVersion: key.GVK.GroupVersion().String(), Kind: key.GVK.Kind,
+	ref := &corev1.ObjectReference{APIVersion: key.GVK().GroupVersion().String(), Kind: key.GVK().Kind,
 		Namespace: key.Namespace, Name: key.Name, UID: obj.UID, ResourceVersion: obj.ResourceVersion}
 	s.final.send(ref, typ, ev.Reason, action, truncate(ev.Note, 1000))
 }

@@ -44,7 +44,7 @@ func (r *targetReconciler) guards(ctx context.Context, key TargetKey, obj *metav
 	out := verdict{holding: map[string]bool{}}
 	var messages []string
 	var watch []steps.WatchTarget
-	for _, p := range r.registry.ForGVK(key.GVK) {
+	for _, p := range r.registry.ForGVK(key.GVK()) {
 		if armed(p, obj, want) {
 			_, requested := obj.Annotations[v1alpha1.AnnotationDeleteRequested]
 			out.deny(true, armingMessage(p, key, requested), &messages)
@@ -111,7 +111,7 @@ func (r *targetReconciler) publishVerdict(ctx context.Context, key TargetKey, ob
 	if err != nil {
 		return err
 	}
-	if err := r.client.Patch(ctx, metaRef(key.GVK, key.Namespace, key.Name), client.RawPatch(types.MergePatchType, body)); err != nil {
+	if err := r.client.Patch(ctx, metaRef(key.GVK(), key.Namespace, key.Name), client.RawPatch(types.MergePatchType, body)); err != nil {
 		return client.IgnoreNotFound(fmt.Errorf("publishing the deletion guard's verdict on %s: %w", key, err))
 	}
 	return nil

@@ -84,7 +84,7 @@ func (r *targetReconciler) recordMatchErrors(ctx context.Context, key TargetKey,
 		if !r.matchErrs.set(p.Key, key, err != nil) {
 			continue
 		}
-		if o, ok := r.watches.Get(key.GVK, key.Namespace, key.Name); err != nil && (!ok || o.UID != obj.UID) {
+		if o, ok := r.watches.Get(key.GVK(), key.Namespace, key.Name); err != nil && (!ok || o.UID != obj.UID) {
 			// Deleted while its match was evaluated: its delete event has already forgotten it.
 			r.matchErrs.set(p.Key, key, false)
 			continue

@@ -58,7 +58,7 @@ func armingMessage(p *policy.Compiled, key TargetKey, requested bool) string {
 		return fmt.Sprintf("%s: deletion requested; the operator deletes the object once its teardown pipeline succeeded (kubectl teardown status)", p.Key)
 	}
 	return fmt.Sprintf("%s: this object is deleted after its teardown pipeline: request it with `kubectl teardown delete %s/%s --reason <why>` or annotate it %s=\"<who>: <why>\"",
-		p.Key, resourceArg(key.GVK), key.Name, v1alpha1.AnnotationDeleteRequested)
+		p.Key, resourceArg(key.GVK()), key.Name, v1alpha1.AnnotationDeleteRequested)
 }
 
 // resourceArg names a kind as kubectl takes it: kind.group, lower case (configmap, bucket.s3.services.k8s.aws).
@@ -76,7 +76,7 @@ func (r *targetReconciler) requests(ctx context.Context, key TargetKey, obj *met
 		return nil // break glass: the veto is lifted, a plain delete releases the object
 	}
 	requested := ""
-	for _, p := range r.registry.ForGVK(key.GVK) {
+	for _, p := range r.registry.ForGVK(key.GVK()) {
 		// Finalizers name a policy within its namespace: a namespaced policy of the same name
 		// elsewhere is not this object's.
 		if !p.TwoPhase() || !p.InScope(key.Namespace) || p.Suspended || p.Deleting || !slices.Contains(obj.Finalizers, p.Finalizer) {
@@ -161,7 +161,7 @@ func (r *runReconciler) deleteTarget(ctx context.Context, run *v1alpha1.Teardown
 func (r *runReconciler) cancelled(ctx context.Context, run *v1alpha1.TeardownRun) (reconcile.Result, error) {
 	t := run.Spec.Target
 	gv, _ := schema.ParseGroupVersion(t.APIVersion)
-	if live, err := r.readTarget(ctx, TargetKey{GVK: gv.WithKind(t.Kind), Namespace: t.Namespace, Name: t.Name}, t.UID); err != nil || live != nil {
+	if live, err := r.readTarget(ctx, NewTargetKey(gv.WithKind(t.Kind), t.Namespace, t.Name), t.UID); err != nil || live != nil {
 		return reconcile.Result{}, err
 	}
 	if err := r.settle(ctx, run); err != nil {

@@ -108,7 +108,7 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 func (r *runReconciler) read(ctx context.Context, cached *v1alpha1.TeardownRun) (*pass, pipeline.Facts, error) {
 	t := cached.Spec.Target
 	gv, _ := schema.ParseGroupVersion(t.APIVersion)
-	p := &pass{orig: cached, run: cached.DeepCopy(), tkey: TargetKey{GVK: gv.WithKind(t.Kind), Namespace: t.Namespace, Name: t.Name}}
+	p := &pass{orig: cached, run: cached.DeepCopy(), tkey: NewTargetKey(gv.WithKind(t.Kind), t.Namespace, t.Name)}
 	facts := pipeline.Facts{Now: time.Now(), Rejected: trusted(r.runNamespace, cached)}
 	if v := cached.Annotations[v1alpha1.AnnotationRetry]; v != "" {
 		facts.Retry = v
@@ -277,10 +277,10 @@ func (r *runReconciler) forgetRun(_ context.Context, ev event.DeleteEvent, _ wor
 // it; the API server is asked only when the cache misses it (gone, or not watched) and when the
 // break-glass annotation is set, whose author is in the managed fields the cache drops.
 func (r *runReconciler) readTarget(ctx context.Context, key TargetKey, uid types.UID) (*metav1.PartialObjectMetadata, error) {
-	if m, ok := r.watches.Get(key.GVK, key.Namespace, key.Name); ok && m.UID == uid && m.Annotations[v1alpha1.AnnotationAbandon] == "" {
+	if m, ok := r.watches.Get(key.GVK(), key.Namespace, key.Name); ok && m.UID == uid && m.Annotations[v1alpha1.AnnotationAbandon] == "" {
 		return m, nil
 	}
-	live := metaRef(key.GVK, key.Namespace, key.Name)
+	live := metaRef(key.GVK(), key.Namespace, key.Name)
 	err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, live)
 	switch {
 	case apierrors.IsNotFound(err):

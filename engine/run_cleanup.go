@@ -116,8 +116,8 @@ func (r *runReconciler) releaseTarget(ctx context.Context, run *v1alpha1.Teardow
 	}
 	t := run.Spec.Target
 	gv, _ := schema.ParseGroupVersion(t.APIVersion)
-	key := TargetKey{GVK: gv.WithKind(t.Kind), Namespace: t.Namespace, Name: t.Name}
-	if _, err := r.fin.remove(ctx, key.GVK, t.Namespace, t.Name, t.UID, run.Spec.Finalizer); err != nil && !meta.IsNoMatchError(err) {
+	key := NewTargetKey(gv.WithKind(t.Kind), t.Namespace, t.Name)
+	if _, err := r.fin.remove(ctx, key.GVK(), t.Namespace, t.Name, t.UID, run.Spec.Finalizer); err != nil && !meta.IsNoMatchError(err) {
 		return fmt.Errorf("releasing %s %s/%s: %w", t.Kind, t.Namespace, t.Name, err)
 	}
 	// A released run leaves the run cache at once; the target cache may show the finalizer a

@@ -54,7 +54,7 @@ const retryUnknownPolicy = 2 * time.Second
 const recheckRecorded = 2 * time.Second
 
 func (r *targetReconciler) Reconcile(ctx context.Context, key TargetKey) (reconcile.Result, error) {
-	obj, ok := r.watches.Get(key.GVK, key.Namespace, key.Name)
+	obj, ok := r.watches.Get(key.GVK(), key.Namespace, key.Name)
 	if !ok {
 		return reconcile.Result{}, nil // gone: its delete event forgot its releases (route)
 	}
@@ -116,7 +116,7 @@ func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj
 // CEL match failed to evaluate are left as they are.
 func (r *targetReconciler) desiredFinalizers(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, look *lazyObject) (want, managed map[string]bool, err error) {
 	want, managed = map[string]bool{}, map[string]bool{}
-	policies := r.registry.ForGVK(key.GVK)
+	policies := r.registry.ForGVK(key.GVK())
 	failed := make(map[policy.Key]error, len(policies))
 	defer func() {
 		if err == nil {
@@ -237,7 +237,7 @@ func (r *targetReconciler) startRun(ctx context.Context, key TargetKey, obj *met
 }
 
 func (r *targetReconciler) releaseWithoutRun(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, finalizer string, ev pipeline.Event) error {
-	if _, err := r.fin.remove(ctx, key.GVK, key.Namespace, key.Name, obj.UID, finalizer); err != nil {
+	if _, err := r.fin.remove(ctx, key.GVK(), key.Namespace, key.Name, obj.UID, finalizer); err != nil {
 		return err
 	}
 	r.events.emit(ctx, targetRef(key, obj), nil, key.Namespace, ev)
@@ -283,11 +283,11 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 	if err != nil {
 		return err
 	}
-	run := p.NewRun(key.GVK, live, snapshot)
+	run := p.NewRun(key.GVK(), live, snapshot)
 	if r.placeRun(ctx, key, run) {
 		return nil
 	}
-	target := metaRef(key.GVK, key.Namespace, key.Name)
+	target := metaRef(key.GVK(), key.Namespace, key.Name)
 	md, _ := live.Object["metadata"].(map[string]any)
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(md, &target.ObjectMeta); err != nil {
 		return fmt.Errorf("reading the metadata of %s: %w", key, err)
@@ -306,8 +306,8 @@ func (r *targetReconciler) createRunFromCache(ctx context.Context, key TargetKey
 		return nil
 	}
 	target := obj.DeepCopy()
-	target.SetGroupVersionKind(key.GVK)
-	run := p.NewRun(key.GVK, target, nil)
+	target.SetGroupVersionKind(key.GVK())
+	run := p.NewRun(key.GVK(), target, nil)
 	if p.Pipeline.ReadsObject {
 		// Its expressions read only metadata fields the cache keeps: `object` is the cached
 		// metadata until the run, if recorded, gets the whole object.
@@ -390,7 +390,7 @@ func carries(live *unstructured.Unstructured, uid types.UID, finalizer string) b
 // readFull reads the whole object from the API server; nil means it is gone.
 func (r *targetReconciler) readFull(ctx context.Context, key TargetKey) (map[string]any, error) {
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(key.GVK)
+	u.SetGroupVersionKind(key.GVK())
 	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, u); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
@@ -402,7 +402,7 @@ func (r *targetReconciler) readFull(ctx context.Context, key TargetKey) (map[str
 
 // targetRef is an object events can be recorded on.
 func targetRef(key TargetKey, obj metav1.Object) runtime.Object {
-	m := metaRef(key.GVK, key.Namespace, key.Name)
+	m := metaRef(key.GVK(), key.Namespace, key.Name)
 	m.SetUID(obj.GetUID())
 	m.SetResourceVersion(obj.GetResourceVersion())
 	return m

@@ -68,7 +68,7 @@ func main() {
 	flag.DurationVar(&o.profile, "profile", 0, "profile the operator's CPU for this long from the first delete, its allocations, and its heap in use before the deletes, through --pprof-bind-address (bin/bench-operator.*.pprof)")
 	flag.StringVar(&o.contenders, "contenders", "raw,peer,operator,operator-onfailure", "who protects the targets, each on a fresh cluster: raw (the benchmark releases them itself), peer (a hand-written controller), operator (runHistory Always, the default), operator-onfailure (runHistory OnFailure)")
 	flag.BoolVar(&o.namespace, "namespace", false, "delete the targets' namespace instead of each target, and time until the namespace is gone")
-	flag.BoolVar(&o.writeCost, "write-cost", false, "instead of a teardown, measure the API server's and etcd's CPU per create of each object a teardown writes (a ConfigMap, an event, a TeardownRun)")
+	flag.BoolVar(&o.writeCost, "write-cost", false, "instead of a teardown, measure the API server's and etcd's CPU per create of each object a teardown writes (a ConfigMap, an event, a TeardownRun) and per release of a terminating object, for each way of releasing it")
 	flag.Parse()
 	if o.step != stepWait && o.step != stepHTTP && o.step != stepPipeline {
 		fmt.Fprintf(os.Stderr, "bench: -step must be wait, http or pipeline, not %q\n", o.step)

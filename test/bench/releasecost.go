@@ -61,7 +61,11 @@ func (b *bench) releaseMethods() ([]releaseMethod, error) {
 			}
 		})},
 		{"merge patch, uid and resourceVersion", patch(types.MergePatchType, locked)},
-		{"strategic merge patch, uid and resourceVersion", patch(types.StrategicMergePatchType, locked)},
+		{"strategic merge patch, uid and resourceVersion", patch(types.StrategicMergePatchType, func(cm *corev1.ConfigMap) any {
+			// finalizers merge in a strategic merge patch: removing one takes a directive
+			return map[string]any{"metadata": map[string]any{"uid": cm.UID, "resourceVersion": cm.ResourceVersion,
+				"$deleteFromPrimitiveList/finalizers": []string{holdFinalizer}}}
+		})},
 		{"Update of the whole object (peer)", func(ctx context.Context, cm *corev1.ConfigMap) error {
 			cm.Finalizers = nil
 			return b.c.Update(ctx, cm, client.FieldOwner("bench"))
@@ -91,6 +95,15 @@ func releaseCost(ctx context.Context, b *bench, pids map[string]int) error {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
 		took := time.Since(start)
+		left := &corev1.ConfigMapList{}
+		if err := b.c.List(ctx, left, client.InNamespace(ns), client.MatchingLabels{"app": "bench"}); err != nil {
+			return err
+		}
+		if len(left.Items) > 0 {
+			first := left.Items[0]
+			return fmt.Errorf("%s: %d of %d objects were not released, %s among them (finalizers %v, deleted %v)",
+				m.name, len(left.Items), o.n, first.Name, first.Finalizers, first.DeletionTimestamp)
+		}
 		per := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", d.Seconds()*1000/float64(o.n)) }
 		fmt.Printf("%-48s %10.0f %14s %10s\n", m.name, float64(o.n)/took.Seconds(),
 			per(cpuOf(pids["kube-apiserver"])-api0), per(cpuOf(pids["etcd"])-etcd0))
