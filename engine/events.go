@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,26 +20,26 @@ import (
 // API server refuses every create there, and trying would cost a request for each.
 type eventSink struct {
 	rec         recorder.EventRecorder
-	final       *finalEvents
+	once        *onceEvents
 	terminating func(ctx context.Context, ns string) bool
 }
 
-func newEventSink(rec recorder.EventRecorder, final *finalEvents, terminating func(context.Context, string) bool) *eventSink {
-	return &eventSink{rec: rec, final: final, terminating: terminating}
+func newEventSink(rec recorder.EventRecorder, once *onceEvents, terminating func(context.Context, string) bool) *eventSink {
+	return &eventSink{rec: rec, once: once, terminating: terminating}
 }
 
 // setupEvents makes the event sink: the events library's recorder for events that may repeat,
-// and the final-event sender (a manager runnable) for the last event of an object.
+// and the sender of events that cannot (a manager runnable).
 func setupEvents(mgr manager.Manager, terminating func(context.Context, string) bool) (*eventSink, error) {
 	client, err := eventsclient.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return nil, fmt.Errorf("events client: %w", err)
 	}
-	final := newFinalEvents(client, "teardown-operator", ctrl.Log.WithName("events"))
-	if err := mgr.Add(final); err != nil {
+	once := newOnceEvents(client, "teardown-operator", ctrl.Log.WithName("events"))
+	if err := mgr.Add(once); err != nil {
 		return nil, err
 	}
-	return newEventSink(mgr.GetEventRecorder("teardown-operator"), final, terminating), nil
+	return newEventSink(mgr.GetEventRecorder("teardown-operator"), once, terminating), nil
 }
 
 // emit records ev on regarding (and its related object, if any).
@@ -51,15 +52,55 @@ func (s *eventSink) emit(ctx context.Context, regarding, related runtime.Object,
 }
 
 // emitFinal records ev on an object whose teardown ends with it: the object goes, so the event
-// can never repeat (see finalEvents).
+// can never repeat (see onceEvents).
 func (s *eventSink) emitFinal(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, ev pipeline.Event) {
 	if obj == nil || s.terminating(ctx, key.Namespace) {
 		return
 	}
 	typ, action := eventTypeAndAction(ev)
-	ref := &corev1.ObjectReference{APIVersion: key.GVK().GroupVersion().String(), Kind: key.GVK().Kind,
+	s.once.send(objectRef(key, obj), nil, typ, ev.Reason, action, truncate(ev.Note, 1000))
+}
+
+// emitOnRun records ev on run and on its target (if known), related to the run. Events that
+// happen once in a run skip the library's cache of events kept to fold repeats (see sentOnce).
+func (s *eventSink) emitOnRun(ctx context.Context, run *v1alpha1.TeardownRun, key TargetKey, target *metav1.PartialObjectMetadata, ev pipeline.Event) {
+	if !sentOnce(ev.Reason) {
+		s.emit(ctx, run, nil, run.Namespace, ev)
+		if target != nil {
+			s.emit(ctx, targetRef(key, target), run, key.Namespace, ev)
+		}
+		return
+	}
+	typ, action := eventTypeAndAction(ev)
+	note := truncate(ev.Note, 1000)
+	runRef := &corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TeardownRun",
+		Namespace: run.Namespace, Name: run.Name, UID: run.UID, ResourceVersion: run.ResourceVersion}
+	if !s.terminating(ctx, run.Namespace) {
+		s.once.send(runRef, nil, typ, ev.Reason, action, note)
+	}
+	if target != nil && !s.terminating(ctx, key.Namespace) {
+		s.once.send(objectRef(key, target), runRef, typ, ev.Reason, action, note)
+	}
+}
+
+// sentOnce tells the reasons a run emits at most once on its run and its target: its start, each
+// step's success (a step recorded done never runs again), its success and its abandonment. A
+// step's start, retries and failures, a failed run's end (a retry may end it again), a
+// cancellation (a new delete request starts over) and the rest may come again: they go through
+// the library, which folds repeats into a series.
+func sentOnce(reason string) bool {
+	switch reason {
+	case v1alpha1.ReasonRunCreated, v1alpha1.ReasonStepSucceeded, v1alpha1.ReasonStepSkipped,
+		v1alpha1.ReasonSucceeded, v1alpha1.ReasonAbandoned:
+		return true
+	}
+	return false
+}
+
+// objectRef refers to the target obj of key, as the events library would.
+func objectRef(key TargetKey, obj *metav1.PartialObjectMetadata) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: key.GVK().GroupVersion().String(), Kind: key.GVK().Kind,
 		Namespace: key.Namespace, Name: key.Name, UID: obj.UID, ResourceVersion: obj.ResourceVersion}
-	s.final.send(ref, typ, ev.Reason, action, truncate(ev.Note, 1000))
 }
 
 func eventTypeAndAction(ev pipeline.Event) (typ, action string) {

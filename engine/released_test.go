@@ -5,11 +5,12 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 )
 
 func TestReleasedTargetsUntilTheCacheCatchesUp(t *testing.T) {
-	key := TargetKey{Namespace: "ns", Name: "db"}
+	key := NewTargetKey(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, "ns", "db")
 	cached := func(uid types.UID, finalizers ...string) *metav1.PartialObjectMetadata {
 		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{UID: uid, Finalizers: finalizers}}
 	}

@@ -204,10 +204,7 @@ func (r *runReconciler) flushEvents(ctx context.Context, p *pass) {
 		case eventsOnTarget:
 			r.events.emitFinal(ctx, p.tkey, p.target, ev)
 		case eventsOnRunAndTarget:
-			r.events.emit(ctx, p.run, nil, p.run.Namespace, ev)
-			if p.target != nil {
-				r.events.emit(ctx, targetRef(p.tkey, p.target), p.run, p.tkey.Namespace, ev)
-			}
+			r.events.emitOnRun(ctx, p.run, p.tkey, p.target, ev)
 		}
 	}
 }

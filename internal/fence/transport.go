@@ -23,7 +23,7 @@ type fencedTransport struct {
 
 func (t *fencedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	switch req.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions:
+	case http.MethodGet, http.MethodHead, http.MethodOptions, "": // "" is GET to net/http
 	default:
 		if err := t.check(); err != nil {
 			if req.Body != nil {

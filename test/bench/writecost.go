@@ -21,7 +21,8 @@ import (
 // writeCost measures what one create of each object a teardown writes costs the control plane:
 // a ConfigMap like the benchmark's targets, the event the operator records on one, and the
 // TeardownRun the operator records for an instant success (taken from a real teardown), whole
-// and without its snapshot. With no controller running, it creates N of each
+// and without its snapshot, and the smallest custom resource (the floor of any record kept as
+// one). With no controller running, it creates N of each
 // and reports the CPU the API server and etcd spent per create; then the same for each way of
 // releasing a terminating object (releaseCost).
 func writeCost(o options) error {
@@ -45,6 +46,9 @@ func writeCost(o options) error {
 	}
 	slim := record.DeepCopy()
 	slim.Spec.Object.Raw = nil
+	if err := installProbeCRD(ctx, b.c); err != nil {
+		return fmt.Errorf("installing the probe CRD: %w", err)
+	}
 	kinds := []struct {
 		name string
 		make func(ns string, i int) client.Object
@@ -55,6 +59,7 @@ func writeCost(o options) error {
 		{"Event (the operator's, on a target)", func(ns string, i int) client.Object { return benchEvent(ns, i) }},
 		{"TeardownRun (an instant success's record)", func(ns string, i int) client.Object { return copyRun(record, ns, i) }},
 		{"TeardownRun without its snapshot", func(ns string, i int) client.Object { return copyRun(slim, ns, i) }},
+		{"a custom resource holding one string", probe},
 	}
 	pids := map[string]int{}
 	for _, c := range []string{"kube-apiserver", "etcd"} {

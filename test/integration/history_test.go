@@ -90,6 +90,41 @@ var _ = Describe("Run history", func() {
 		}
 	})
 
+	It("sends the events a run emits once as first events, on the run and on the object related to the run", func() {
+		ns := newNamespace(ctx)
+		pol := namespacedPolicy(ns, "held", waitStep("hold", time.Second))
+		cm := protect(ctx, pol, "held")
+		Expect(k8s.Delete(ctx, cm)).To(Succeed())
+		Eventually(gone(ctx, cm), 15*time.Second).Should(BeTrue())
+		run := runFor(ctx, cm)()
+		Expect(run).NotTo(BeNil())
+		once := []string{v1alpha1.ReasonRunCreated, v1alpha1.ReasonStepSucceeded, v1alpha1.ReasonSucceeded}
+		Eventually(func(g Gomega) {
+			var list eventsv1.EventList
+			g.Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			onRun, onObject := map[string]eventsv1.Event{}, map[string]eventsv1.Event{}
+			for _, e := range list.Items {
+				switch e.Regarding.UID {
+				case run.UID:
+					onRun[e.Reason] = e
+				case cm.UID:
+					onObject[e.Reason] = e
+				}
+			}
+			g.Expect(onRun).To(HaveKey(v1alpha1.ReasonStepStarted), "a step's start may repeat: the library sends it")
+			for _, reason := range once {
+				g.Expect(onRun).To(HaveKeyWithValue(reason, MatchFields(IgnoreExtras, Fields{
+					"ReportingController": Equal("teardown-operator"), "Series": BeNil(), "Related": BeNil(),
+					"Regarding": MatchFields(IgnoreExtras, Fields{"Kind": Equal("TeardownRun"), "Name": Equal(run.Name)}),
+				})), reason+" on the run")
+				g.Expect(onObject).To(HaveKeyWithValue(reason, MatchFields(IgnoreExtras, Fields{
+					"ReportingController": Equal("teardown-operator"), "Series": BeNil(),
+					"Related": PointTo(MatchFields(IgnoreExtras, Fields{"Kind": Equal("TeardownRun"), "Name": Equal(run.Name), "UID": Equal(run.UID)})),
+				})), reason+" on the object")
+			}
+		}, 10*time.Second).Should(Succeed())
+	})
+
 	It("with runHistory OnFailure still records every pipeline that fails or goes on past its first pass", func() {
 		ns := newNamespace(ctx)
 		hold := waitStep("hold", 2*time.Second)

@@ -12,13 +12,15 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	eventsclient "k8s.io/client-go/kubernetes/typed/events/v1"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 )
 
-func TestFinalEventsNeverBlock(t *testing.T) {
-	f := newFinalEvents(nil, "teardown-operator", logr.Discard())
+func TestOnceEventsNeverBlock(t *testing.T) {
+	f := newOnceEvents(nil, "teardown-operator", logr.Discard())
 	ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Name: "orders", UID: "u1"}
-	for range finalEventBacklog + 10 {
-		f.send(ref, corev1.EventTypeNormal, "TeardownSucceeded", "TeardownSucceeded", "done")
+	for range onceEventBacklog + 10 {
+		f.send(ref, nil, corev1.EventTypeNormal, "TeardownSucceeded", "TeardownSucceeded", "done")
 	}
 	if got := f.dropped.Load(); got != 10 {
 		t.Errorf("dropped %d events past the backlog, want 10", got)
@@ -47,11 +49,11 @@ func (r *recordingEvents) Create(_ context.Context, ev *eventsv1.Event, _ metav1
 	return ev, nil
 }
 
-func TestFinalEventsSentAtShutdown(t *testing.T) {
+func TestOnceEventsSentAtShutdown(t *testing.T) {
 	sink := &recordingEvents{}
-	f := newFinalEvents(sink, "teardown-operator", logr.Discard())
+	f := newOnceEvents(sink, "teardown-operator", logr.Discard())
 	for i := range 20 {
-		f.send(&corev1.ObjectReference{Name: fmt.Sprint(i)}, corev1.EventTypeNormal, "TeardownSucceeded", "TeardownSucceeded", "done")
+		f.send(&corev1.ObjectReference{Name: fmt.Sprint(i)}, nil, corev1.EventTypeNormal, "TeardownSucceeded", "TeardownSucceeded", "done")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // stopped before it started: what was queued must still go
@@ -60,5 +62,32 @@ func TestFinalEventsSentAtShutdown(t *testing.T) {
 	}
 	if len(sink.created) != 20 || len(f.queue) != 0 {
 		t.Errorf("sent %d of 20 queued events at shutdown, %d left", len(sink.created), len(f.queue))
+	}
+}
+
+// TestSentOnce pins which reasons skip the events library's cache: only those a run emits at most
+// once. One sent that way twice would be two events where the library makes a series.
+func TestSentOnce(t *testing.T) {
+	for reason, want := range map[string]bool{
+		v1alpha1.ReasonRunCreated:       true,
+		v1alpha1.ReasonStepSucceeded:    true,
+		v1alpha1.ReasonStepSkipped:      true,
+		v1alpha1.ReasonSucceeded:        true,
+		v1alpha1.ReasonAbandoned:        true,
+		v1alpha1.ReasonStepStarted:      false, // each attempt
+		v1alpha1.ReasonStepRetrying:     false,
+		v1alpha1.ReasonStepFailed:       false,
+		v1alpha1.ReasonFailed:           false, // a retried run may fail again
+		v1alpha1.ReasonPipelineTimedOut: false,
+		v1alpha1.ReasonCancelled:        false, // a new delete request starts over
+		v1alpha1.ReasonRetried:          false,
+		v1alpha1.ReasonRunRetried:       false,
+		v1alpha1.ReasonRetryRefused:     false,
+		v1alpha1.ReasonDeleteRequested:  false,
+		v1alpha1.ReasonDeleteFailed:     false,
+	} {
+		if got := sentOnce(reason); got != want {
+			t.Errorf("sentOnce(%s) = %v, want %v", reason, got, want)
+		}
 	}
 }

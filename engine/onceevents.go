@@ -18,13 +18,14 @@ import (
 	"k8s.io/client-go/tools/record/util"
 )
 
-// finalEvents sends the events of an object's last moment: a teardown that succeeded in its
-// first pass, after which the object is gone. Such an event can never repeat, so there is no
-// series to fold it into; the events library would still keep a copy of it for 6 to 12 minutes
-// to look for repeats, about 3 KiB an event, 30 MiB after 10,000 teardowns. These are sent the
-// way the library sends a first event (the same fields, the same name) by a few workers, and
-// forgotten once sent.
-type finalEvents struct {
+// onceEvents sends events that cannot repeat: an object's last event (a teardown that succeeded
+// in its first pass, after which the object is gone) and the events that mark a run's progress,
+// which each happen once in a run (see sentOnce). The events library keeps a copy of every event
+// it sends for 6 to 12 minutes, to fold a repeat into a series; for these no repeat can come, and
+// the copies (about 3 KiB an event) were most of the operator's memory under steady churn. These
+// are sent the way the library sends a first event (the same fields, the same name) by a few
+// workers, and forgotten once sent.
+type onceEvents struct {
 	client     eventsclient.EventsGetter
 	controller string
 	instance   string
@@ -34,26 +35,26 @@ type finalEvents struct {
 }
 
 const (
-	// finalEventWorkers send final events concurrently: an event create waits on the API server
+	// onceEventWorkers send events concurrently: an event create waits on the API server
 	// about as long as the release it follows.
-	finalEventWorkers = 8
-	// finalEventBacklog bounds the events waiting to be sent while the API server is slow or
+	onceEventWorkers = 8
+	// onceEventBacklog bounds the events waiting to be sent while the API server is slow or
 	// away; past it new ones are dropped (the run's status and the log still tell the outcome).
-	finalEventBacklog = 4096
-	// finalEventTries bounds the attempts to send one event through transport errors.
-	finalEventTries = 3
-	// finalEventDrain bounds how long a stopping operator goes on sending queued events.
-	finalEventDrain = 5 * time.Second
+	onceEventBacklog = 4096
+	// onceEventTries bounds the attempts to send one event through transport errors.
+	onceEventTries = 3
+	// onceEventDrain bounds how long a stopping operator goes on sending queued events.
+	onceEventDrain = 5 * time.Second
 )
 
-func newFinalEvents(client eventsclient.EventsGetter, controller string, log logr.Logger) *finalEvents {
+func newOnceEvents(client eventsclient.EventsGetter, controller string, log logr.Logger) *onceEvents {
 	hostname, _ := os.Hostname()
-	return &finalEvents{client: client, controller: controller, instance: controller + "-" + hostname,
-		log: log, queue: make(chan *eventsv1.Event, finalEventBacklog)}
+	return &onceEvents{client: client, controller: controller, instance: controller + "-" + hostname,
+		log: log, queue: make(chan *eventsv1.Event, onceEventBacklog)}
 }
 
-// send queues an event regarding ref; it never blocks.
-func (f *finalEvents) send(ref *corev1.ObjectReference, typ, reason, action, note string) {
+// send queues an event regarding ref (and related, if not nil); it never blocks.
+func (f *onceEvents) send(ref, related *corev1.ObjectReference, typ, reason, action, note string) {
 	now := time.Now()
 	ns := ref.Namespace
 	if ns == "" {
@@ -62,39 +63,39 @@ func (f *finalEvents) send(ref *corev1.ObjectReference, typ, reason, action, not
 	ev := &eventsv1.Event{
 		ObjectMeta: metav1.ObjectMeta{Name: util.GenerateEventName(ref.Name, now.UnixNano()), Namespace: ns},
 		EventTime:  metav1.NewMicroTime(now), ReportingController: f.controller, ReportingInstance: f.instance,
-		Action: action, Reason: reason, Regarding: *ref, Note: note, Type: typ,
+		Action: action, Reason: reason, Regarding: *ref, Related: related, Note: note, Type: typ,
 	}
 	select {
 	case f.queue <- ev:
 	default:
 		if n := f.dropped.Add(1); n == 1 || n%1000 == 0 {
-			f.log.Error(nil, "dropped final events: the API server does not take them as fast as they come", "dropped", n, "reason", reason)
+			f.log.Error(nil, "dropped events: the API server does not take them as fast as they come", "dropped", n, "reason", reason)
 		}
 	}
 }
 
 // Start sends queued events until ctx ends, then what is still queued for up to
-// finalEventDrain: the manager stops this runnable before the reconcilers that emit. It implements
+// onceEventDrain: the manager stops this runnable before the reconcilers that emit. It implements
 // manager.Runnable.
-func (f *finalEvents) Start(ctx context.Context) error {
+func (f *onceEvents) Start(ctx context.Context) error {
 	sendCtx, stopSending := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSending()
 	var wg sync.WaitGroup
-	for range finalEventWorkers {
+	for range onceEventWorkers {
 		wg.Go(func() { f.work(ctx, sendCtx) })
 	}
 	<-ctx.Done()
-	deadline := time.AfterFunc(finalEventDrain, stopSending)
+	deadline := time.AfterFunc(onceEventDrain, stopSending)
 	defer deadline.Stop()
 	wg.Wait()
 	if n := len(f.queue); n > 0 {
-		f.log.Info("final events not sent at shutdown", "events", n)
+		f.log.Info("events not sent at shutdown", "events", n)
 	}
 	return nil
 }
 
 // work sends events until ctx ends, then until the queue is empty or sendCtx ends.
-func (f *finalEvents) work(ctx, sendCtx context.Context) {
+func (f *onceEvents) work(ctx, sendCtx context.Context) {
 	for {
 		select {
 		case ev := <-f.queue:
@@ -115,17 +116,17 @@ func (f *finalEvents) work(ctx, sendCtx context.Context) {
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: only the leader emits events, and
 // a replica sends what it emitted as it stops.
-func (f *finalEvents) NeedLeaderElection() bool { return false }
+func (f *onceEvents) NeedLeaderElection() bool { return false }
 
 // create sends one event, retrying transport errors; the API server's refusal is final.
-func (f *finalEvents) create(ctx context.Context, ev *eventsv1.Event) {
+func (f *onceEvents) create(ctx context.Context, ev *eventsv1.Event) {
 	for try := 1; ; try++ {
 		_, err := f.client.Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
 		var status apierrors.APIStatus
 		switch {
 		case err == nil || apierrors.IsAlreadyExists(err):
 			return
-		case errors.As(err, &status) || try == finalEventTries || ctx.Err() != nil:
+		case errors.As(err, &status) || try == onceEventTries || ctx.Err() != nil:
 			f.log.V(1).Info("event not written", "reason", ev.Reason, "regarding", ev.Regarding.Name, "error", err.Error())
 			return
 		}
