@@ -61,16 +61,11 @@ func (s *eventSink) emitFinal(ctx context.Context, key TargetKey, obj *metav1.Pa
 	s.once.send(objectRef(key, obj), nil, typ, ev.Reason, action, truncate(ev.Note, 1000))
 }
 
-// emitOnRun records ev on run and on its target (if known), related to the run. Events that
-// happen once in a run skip the library's cache of events kept to fold repeats (see sentOnce).
+// emitOnRun records ev on run and on its target (if known), related to the run. Both refer to the
+// run as written by the pass that emits, and every pass writes the run first, so two events of one
+// run are never alike enough for the events library to fold into a series: its cache of events
+// kept to fold repeats would only cost memory, and they skip it (see onceEvents).
 func (s *eventSink) emitOnRun(ctx context.Context, run *v1alpha1.TeardownRun, key TargetKey, target *metav1.PartialObjectMetadata, ev pipeline.Event) {
-	if !sentOnce(ev.Reason) {
-		s.emit(ctx, run, nil, run.Namespace, ev)
-		if target != nil {
-			s.emit(ctx, targetRef(key, target), run, key.Namespace, ev)
-		}
-		return
-	}
 	typ, action := eventTypeAndAction(ev)
 	note := truncate(ev.Note, 1000)
 	runRef := &corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TeardownRun",
@@ -81,20 +76,6 @@ func (s *eventSink) emitOnRun(ctx context.Context, run *v1alpha1.TeardownRun, ke
 	if target != nil && !s.terminating(ctx, key.Namespace) {
 		s.once.send(objectRef(key, target), runRef, typ, ev.Reason, action, note)
 	}
-}
-
-// sentOnce tells the reasons a run emits at most once on its run and its target: its start, each
-// step's success (a step recorded done never runs again), its success and its abandonment. A
-// step's start, retries and failures, a failed run's end (a retry may end it again), a
-// cancellation (a new delete request starts over) and the rest may come again: they go through
-// the library, which folds repeats into a series.
-func sentOnce(reason string) bool {
-	switch reason {
-	case v1alpha1.ReasonRunCreated, v1alpha1.ReasonStepSucceeded, v1alpha1.ReasonStepSkipped,
-		v1alpha1.ReasonSucceeded, v1alpha1.ReasonAbandoned:
-		return true
-	}
-	return false
 }
 
 // objectRef refers to the target obj of key, as the events library would.

@@ -19,12 +19,12 @@ import (
 )
 
 // onceEvents sends events that cannot repeat: an object's last event (a teardown that succeeded
-// in its first pass, after which the object is gone) and the events that mark a run's progress,
-// which each happen once in a run (see sentOnce). The events library keeps a copy of every event
-// it sends for 6 to 12 minutes, to fold a repeat into a series; for these no repeat can come, and
-// the copies (about 3 KiB an event) were most of the operator's memory under steady churn. These
-// are sent the way the library sends a first event (the same fields, the same name) by a few
-// workers, and forgotten once sent.
+// in its first pass, after which the object is gone) and the events of a run on the run and on its
+// object, which each name the run as one pass wrote it (see emitOnRun). The events library keeps a
+// copy of every event it sends for 6 to 12 minutes, to fold a repeat into a series; for these no
+// repeat can come, and the copies (about 3 KiB an event) were most of the operator's memory under
+// steady churn. These are sent the way the library sends a first event (the same fields, the same
+// name) by a few workers, and forgotten once sent.
 type onceEvents struct {
 	client     eventsclient.EventsGetter
 	controller string
@@ -41,8 +41,11 @@ const (
 	// onceEventBacklog bounds the events waiting to be sent while the API server is slow or
 	// away; past it new ones are dropped (the run's status and the log still tell the outcome).
 	onceEventBacklog = 4096
-	// onceEventTries bounds the attempts to send one event through transport errors.
-	onceEventTries = 3
+	// onceEventTries bounds the attempts to send one event through transport errors: waiting 1 s,
+	// then twice as long each time up to onceEventRetryCap (jittered), they span 85 s or more, as
+	// the events library's 12 tries 10 s apart span 2 minutes: an API server restart loses no event.
+	onceEventTries    = 12
+	onceEventRetryCap = 10 * time.Second
 	// onceEventDrain bounds how long a stopping operator goes on sending queued events.
 	onceEventDrain = 5 * time.Second
 )
@@ -126,14 +129,17 @@ func (f *onceEvents) create(ctx context.Context, ev *eventsv1.Event) {
 		switch {
 		case err == nil || apierrors.IsAlreadyExists(err):
 			return
-		case errors.As(err, &status) || try == onceEventTries || ctx.Err() != nil:
+		case errors.As(err, &status) || ctx.Err() != nil:
 			f.log.V(1).Info("event not written", "reason", ev.Reason, "regarding", ev.Regarding.Name, "error", err.Error())
+			return
+		case try == onceEventTries:
+			f.log.Info("event not written: the API server was unreachable", "reason", ev.Reason, "regarding", ev.Regarding.Name, "tries", try, "error", err.Error())
 			return
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait.Jitter(time.Second, 0.5)):
+		case <-time.After(wait.Jitter(min(time.Second<<(try-1), onceEventRetryCap), 0.5)):
 		}
 	}
 }

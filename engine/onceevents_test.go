@@ -12,8 +12,6 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	eventsclient "k8s.io/client-go/kubernetes/typed/events/v1"
-
-	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 )
 
 func TestOnceEventsNeverBlock(t *testing.T) {
@@ -62,32 +60,5 @@ func TestOnceEventsSentAtShutdown(t *testing.T) {
 	}
 	if len(sink.created) != 20 || len(f.queue) != 0 {
 		t.Errorf("sent %d of 20 queued events at shutdown, %d left", len(sink.created), len(f.queue))
-	}
-}
-
-// TestSentOnce pins which reasons skip the events library's cache: only those a run emits at most
-// once. One sent that way twice would be two events where the library makes a series.
-func TestSentOnce(t *testing.T) {
-	for reason, want := range map[string]bool{
-		v1alpha1.ReasonRunCreated:       true,
-		v1alpha1.ReasonStepSucceeded:    true,
-		v1alpha1.ReasonStepSkipped:      true,
-		v1alpha1.ReasonSucceeded:        true,
-		v1alpha1.ReasonAbandoned:        true,
-		v1alpha1.ReasonStepStarted:      false, // each attempt
-		v1alpha1.ReasonStepRetrying:     false,
-		v1alpha1.ReasonStepFailed:       false,
-		v1alpha1.ReasonFailed:           false, // a retried run may fail again
-		v1alpha1.ReasonPipelineTimedOut: false,
-		v1alpha1.ReasonCancelled:        false, // a new delete request starts over
-		v1alpha1.ReasonRetried:          false,
-		v1alpha1.ReasonRunRetried:       false,
-		v1alpha1.ReasonRetryRefused:     false,
-		v1alpha1.ReasonDeleteRequested:  false,
-		v1alpha1.ReasonDeleteFailed:     false,
-	} {
-		if got := sentOnce(reason); got != want {
-			t.Errorf("sentOnce(%s) = %v, want %v", reason, got, want)
-		}
 	}
 }
