@@ -168,6 +168,14 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 	return e, nil
 }
 
+// Shutdown sends the events the engine still holds, for up to 5 s, and stops sending. Call it
+// once the manager has stopped: its reconcilers emit events until their last pass ends.
+func (e *Engine) Shutdown() {
+	if e.events.stop != nil {
+		e.events.stop()
+	}
+}
+
 // metadataClient builds the client of the target watches and of the finalizer writes. It does
 // not go through the manager's fenced client, so its transport carries the fence: whatever
 // writes through it later is refused once the lease may be lost.

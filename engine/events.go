@@ -22,6 +22,8 @@ type eventSink struct {
 	rec         recorder.EventRecorder
 	once        *onceEvents
 	terminating func(ctx context.Context, ns string) bool
+	// stop sends what the sender still holds, for up to onceEventDrain, and stops it.
+	stop func()
 }
 
 func newEventSink(rec recorder.EventRecorder, once *onceEvents, terminating func(context.Context, string) bool) *eventSink {
@@ -29,17 +31,25 @@ func newEventSink(rec recorder.EventRecorder, once *onceEvents, terminating func
 }
 
 // setupEvents makes the event sink: the events library's recorder for events that may repeat,
-// and the sender of events that cannot (a manager runnable).
+// and the sender of events that cannot, already sending. The sender is not one of the manager's
+// runnables: the manager stops those before its reconcilers, which go on emitting as they finish
+// their last passes. Engine.Shutdown stops it once the manager has stopped, as the manager stops
+// its own event broadcaster last.
 func setupEvents(mgr manager.Manager, terminating func(context.Context, string) bool) (*eventSink, error) {
 	client, err := eventsclient.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return nil, fmt.Errorf("events client: %w", err)
 	}
 	once := newOnceEvents(client, "teardown-operator", ctrl.Log.WithName("events"))
-	if err := mgr.Add(once); err != nil {
-		return nil, err
-	}
-	return newEventSink(mgr.GetEventRecorder("teardown-operator"), once, terminating), nil
+	ctx, stop := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = once.Start(ctx)
+	}()
+	s := newEventSink(mgr.GetEventRecorder("teardown-operator"), once, terminating)
+	s.stop = func() { stop(); <-stopped }
+	return s, nil
 }
 
 // emit records ev on regarding (and its related object, if any).
@@ -62,10 +72,19 @@ func (s *eventSink) emitFinal(ctx context.Context, key TargetKey, obj *metav1.Pa
 }
 
 // emitOnRun records ev on run and on its target (if known), related to the run. Both refer to the
-// run as written by the pass that emits, and every pass writes the run first, so two events of one
-// run are never alike enough for the events library to fold into a series: its cache of events
-// kept to fold repeats would only cost memory, and they skip it (see onceEvents).
-func (s *eventSink) emitOnRun(ctx context.Context, run *v1alpha1.TeardownRun, key TargetKey, target *metav1.PartialObjectMetadata, ev pipeline.Event) {
+// run as written by the pass that emits. When that pass wrote the run, no other pass can emit an
+// event alike enough for the events library to fold into a series, so its cache of events kept
+// to fold repeats would only cost memory, and they skip it (see onceEvents). A pass that wrote
+// nothing (a refused retry, say, while the annotation's removal keeps failing) may come again
+// with the same version: its events go through the library, which folds the repeats.
+func (s *eventSink) emitOnRun(ctx context.Context, run *v1alpha1.TeardownRun, key TargetKey, target *metav1.PartialObjectMetadata, ev pipeline.Event, written bool) {
+	if !written {
+		s.emit(ctx, run, nil, run.Namespace, ev)
+		if target != nil {
+			s.emit(ctx, targetRef(key, target), run, key.Namespace, ev)
+		}
+		return
+	}
 	typ, action := eventTypeAndAction(ev)
 	note := truncate(ev.Note, 1000)
 	runRef := &corev1.ObjectReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TeardownRun",

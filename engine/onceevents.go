@@ -78,8 +78,7 @@ func (f *onceEvents) send(ref, related *corev1.ObjectReference, typ, reason, act
 }
 
 // Start sends queued events until ctx ends, then what is still queued for up to
-// onceEventDrain: the manager stops this runnable before the reconcilers that emit. It implements
-// manager.Runnable.
+// onceEventDrain. The engine ends ctx once the manager has stopped (see setupEvents).
 func (f *onceEvents) Start(ctx context.Context) error {
 	sendCtx, stopSending := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSending()
@@ -116,10 +115,6 @@ func (f *onceEvents) work(ctx, sendCtx context.Context) {
 		}
 	}
 }
-
-// NeedLeaderElection implements manager.LeaderElectionRunnable: only the leader emits events, and
-// a replica sends what it emitted as it stops.
-func (f *onceEvents) NeedLeaderElection() bool { return false }
 
 // create sends one event, retrying transport errors; the API server's refusal is final.
 func (f *onceEvents) create(ctx context.Context, ev *eventsv1.Event) {

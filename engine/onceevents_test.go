@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -10,8 +11,12 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	eventsclient "k8s.io/client-go/kubernetes/typed/events/v1"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
 func TestOnceEventsNeverBlock(t *testing.T) {
@@ -60,5 +65,39 @@ func TestOnceEventsSentAtShutdown(t *testing.T) {
 	}
 	if len(sink.created) != 20 || len(f.queue) != 0 {
 		t.Errorf("sent %d of 20 queued events at shutdown, %d left", len(sink.created), len(f.queue))
+	}
+}
+
+// The manager stops its runnables before its reconcilers, which go on emitting as they finish
+// their last passes: the sender must take what they emit after that, until the engine's Shutdown.
+func TestEventsOutliveTheManager(t *testing.T) {
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mgr, err := ctrl.NewManager(&rest.Config{Host: "https://127.0.0.1:1"}, ctrl.Options{
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		MapperProvider:         func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return mapper, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := setupEvents(mgr, func(context.Context, string) bool { return false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &recordingEvents{}
+	s.once.client = sink
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := mgr.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 { // a reconciler's last pass, after the manager stopped its runnables
+		s.once.send(&corev1.ObjectReference{Name: fmt.Sprint(i)}, nil, corev1.EventTypeNormal, "StepSucceeded", "StepSucceeded", "done")
+	}
+	s.stop()
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if len(sink.created) != 5 {
+		t.Errorf("sent %d of the 5 events emitted after the manager stopped", len(sink.created))
 	}
 }

@@ -62,6 +62,9 @@ type pass struct {
 	eventsOn eventPlace
 	// policyRef is the policy, for events on it (eventsOnPolicy).
 	policyRef runtime.Object
+	// unwritten is set when commit found nothing to write: the pass's events then name the run
+	// at a version an earlier pass wrote, and the same pass may come again (see emitOnRun).
+	unwritten bool
 }
 
 // eventPlace is where a pass records its events.
@@ -204,7 +207,7 @@ func (r *runReconciler) flushEvents(ctx context.Context, p *pass) {
 		case eventsOnTarget:
 			r.events.emitFinal(ctx, p.tkey, p.target, ev)
 		case eventsOnRunAndTarget:
-			r.events.emitOnRun(ctx, p.run, p.tkey, p.target, ev)
+			r.events.emitOnRun(ctx, p.run, p.tkey, p.target, ev, !p.unwritten)
 		}
 	}
 }
@@ -300,6 +303,7 @@ func (r *runReconciler) readTarget(ctx context.Context, key TargetKey, uid types
 // must not take it before it releases its target.
 func (r *runReconciler) commit(ctx context.Context, p *pass) error {
 	if equality.Semantic.DeepEqual(p.orig.Status, p.run.Status) {
+		p.unwritten = true
 		return nil
 	}
 	if !p.run.Status.Phase.Finished() && p.run.DeletionTimestamp == nil {

@@ -111,16 +111,18 @@ func run() error {
 	if err := checkNamespace(ctx, cfg, scheme, o.runNS); err != nil {
 		return err
 	}
-	mgr, err := newManager(ctx, cfg, scheme, o, httpOpts)
+	mgr, eng, err := newManager(ctx, cfg, scheme, o, httpOpts)
 	if err != nil {
 		return err
 	}
 	ctrl.Log.Info("starting", "runNamespace", o.runNS, "targetWorkers", o.targetWorkers, "runWorkers", o.runWorkers)
-	return mgr.Start(ctx)
+	err = mgr.Start(ctx)
+	eng.Shutdown()
+	return err
 }
 
 // newManager builds the manager with the engine, its step kinds and the health checks.
-func newManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o *options, httpOpts httpstep.Options) (ctrl.Manager, error) {
+func newManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o *options, httpOpts httpstep.Options) (ctrl.Manager, *engine.Engine, error) {
 	mo := ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  engine.CacheOptions(builtin.CacheOptions()),
@@ -130,16 +132,16 @@ func newManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o
 	}
 	lock, err := leaderOptions(&mo, cfg, o)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mgr, err := ctrl.NewManager(cfg, mo)
 	if err != nil && strings.Contains(err.Error(), "no matches for kind") {
-		return nil, fmt.Errorf("creating manager: %w; the teardown.dev CRDs are not installed, or not established yet: install them (kubectl apply -f config/crd/bases) and start the operator again", err)
+		return nil, nil, fmt.Errorf("creating manager: %w; the teardown.dev CRDs are not installed, or not established yet: install them (kubectl apply -f config/crd/bases) and start the operator again", err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("creating manager: %w", err)
+		return nil, nil, fmt.Errorf("creating manager: %w", err)
 	}
-	if _, err := engine.Setup(ctx, mgr, engine.Options{
+	eng, err := engine.Setup(ctx, mgr, engine.Options{
 		RunNamespace:  o.runNS,
 		TargetWorkers: o.targetWorkers,
 		RunWorkers:    o.runWorkers,
@@ -147,13 +149,14 @@ func newManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o
 		StuckAfter:    o.stuckAfter,
 		Resync:        o.resync,
 		Fence:         lock.Check,
-	}, builtin.Kinds(builtin.Options{HTTP: httpOpts})...); err != nil {
-		return nil, err
+	}, builtin.Kinds(builtin.Options{HTTP: httpOpts})...)
+	if err != nil {
+		return nil, nil, err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return mgr, mgr.AddReadyzCheck("readyz", healthz.Ping)
+	return mgr, eng, mgr.AddReadyzCheck("readyz", healthz.Ping)
 }
 
 // httpOptions reads the http step's flags. The API server is refused for TeardownPolicies by its

@@ -125,9 +125,11 @@ func (m operatorMetrics) addEngine() error {
 	rec := &recorder{RegistererGatherer: ctrlmetrics.Registry}
 	ctrlmetrics.Registry = rec
 	defer func() { ctrlmetrics.Registry = rec.RegistererGatherer }()
-	if _, err := engine.Setup(context.Background(), mgr, engine.Options{RunNamespace: "teardown-system"}, builtin.Kinds(builtin.Options{})...); err != nil {
+	eng, err := engine.Setup(context.Background(), mgr, engine.Options{RunNamespace: "teardown-system"}, builtin.Kinds(builtin.Options{})...)
+	if err != nil {
 		return fmt.Errorf("setting the engine up: %w", err)
 	}
+	eng.Shutdown()
 	for _, c := range rec.collectors {
 		kind := single
 		if _, ok := c.(*prometheus.HistogramVec); ok {

@@ -150,13 +150,14 @@ func startOperatorOn(cfg *rest.Config, edit func(*engine.Options)) func() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
-	_, err = engine.Setup(ctx, mgr, opts, builtin.Kinds(builtin.Options{HTTP: httpOptions})...)
+	eng, err := engine.Setup(ctx, mgr, opts, builtin.Kinds(builtin.Options{HTTP: httpOptions})...)
 	Expect(err).NotTo(HaveOccurred())
 	done := make(chan struct{})
 	go func() {
 		defer GinkgoRecover()
 		defer close(done)
 		Expect(mgr.Start(ctx)).To(Succeed())
+		eng.Shutdown() // as the operator's main does once its manager has stopped
 	}()
 	return func() {
 		cancel()
