@@ -106,6 +106,14 @@ const (
 	ReasonAdmissionUnverified = "AdmissionPolicyUnverified"
 )
 
+// The operator's leader election: the Lease the replica that acts holds and renews, in its
+// --leader-election-namespace (by default its run namespace). Tools read it to tell whether an
+// operator is running.
+const (
+	// LeaderElectionLease names the Lease.
+	LeaderElectionLease = "teardown-operator.teardown.dev"
+)
+
 // Reasons of a run's Failed condition (besides ReasonStepFailed and ReasonPipelineTimedOut).
 const (
 	ReasonRejected        = "Rejected"

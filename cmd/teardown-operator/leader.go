@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/internal/fence"
 )
 
@@ -20,7 +21,7 @@ import (
 // once the lease was last renewed more than renewDeadline ago, before a standby can take over
 // (leaseDuration after it last saw the lease renewed).
 const (
-	leaderElectionID = "teardown-operator.teardown.dev"
+	leaderElectionID = v1alpha1.LeaderElectionLease
 	leaseDuration    = 15 * time.Second
 	renewDeadline    = 10 * time.Second
 	retryPeriod      = 2 * time.Second

@@ -15,11 +15,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
 // leaseName is the operator's leader election lease, in the run namespace.
-const leaseName = "teardown-operator.teardown.dev"
+const leaseName = v1alpha1.LeaderElectionLease
 
 // deployChaos creates the three policies and n protected objects in a new namespace ns, and
 // waits until every object carries its policy's finalizer.
