@@ -76,6 +76,11 @@ func (r *root) requestDelete(ctx context.Context, arg string, o *deleteOptions) 
 		return err
 	}
 	out := r.streams.Out
+	// Runs cancelled by a withdrawn request start over on this one: they are not its outcome.
+	restarts, err := r.cancelledRuns(ctx, t)
+	if err != nil {
+		return err
+	}
 	current, requested := obj.GetAnnotations()[v1alpha1.AnnotationDeleteRequested]
 	switch {
 	case o.withdraw && !requested:
@@ -103,11 +108,31 @@ func (r *root) requestDelete(ctx context.Context, arg string, o *deleteOptions) 
 			return nil
 		}
 		fmt.Fprintf(out, "%s annotated %s=%q\n", describeObject(t.GVK.Kind, obj), v1alpha1.AnnotationDeleteRequested, o.reason)
+		for _, run := range restarts {
+			fmt.Fprintf(out, "teardownrun %s/%s was cancelled (%s): this request starts it over from its first step\n",
+				run.Namespace, run.Name, run.Status.CancelledBy)
+		}
 	}
 	if !o.wait {
 		return nil
 	}
-	return r.waitDeleted(ctx, t, o.timeout)
+	return r.waitDeleted(ctx, t, restarts, o.timeout)
+}
+
+// cancelledRuns returns the object's cancelled runs, which a new request starts over: each with
+// the retries it counts, which the restart increments.
+func (r *root) cancelledRuns(ctx context.Context, t *target) (map[string]v1alpha1.TeardownRun, error) {
+	runs, err := r.kube.runsOf(ctx, t.Object.GetUID(), t.Object.GetNamespace())
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]v1alpha1.TeardownRun{}
+	for _, run := range runs {
+		if run.Status.Phase == v1alpha1.RunCancelled {
+			out[run.Namespace+"/"+run.Name] = run
+		}
+	}
+	return out, nil
 }
 
 // twoPhasePolicies checks that a policy with trigger DeleteRequest protects the object: a request
@@ -128,19 +153,33 @@ func (r *root) twoPhasePolicies(ctx context.Context, t *target) error {
 }
 
 // waitDeleted follows the object's runs until it is gone, a run fails or is cancelled, or timeout.
-func (r *root) waitDeleted(ctx context.Context, t *target, timeout time.Duration) error {
+// restarts are the runs that were cancelled when the request was made: the operator starts them
+// over (their retries grow), and until it does their Cancelled phase is not this request's outcome.
+func (r *root) waitDeleted(ctx context.Context, t *target, restarts map[string]v1alpha1.TeardownRun, timeout time.Duration) error {
 	obj, out := t.Object, r.streams.Out
 	var runs []v1alpha1.TeardownRun
 	var stopped *v1alpha1.TeardownRun
 	gone := false
+	reported := map[string]bool{}
 	err := wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
 		var err error
 		if runs, err = r.kube.runsOf(ctx, obj.GetUID(), obj.GetNamespace()); err != nil {
 			return false, err
 		}
 		for i := range runs {
-			if ph := runs[i].Status.Phase; ph == v1alpha1.RunCancelled || ph == v1alpha1.RunFailed && !ph.Releases(runs[i].Spec.Pipeline.FailurePolicy) {
-				stopped = &runs[i]
+			run := &runs[i]
+			key := run.Namespace + "/" + run.Name
+			if before, ok := restarts[key]; ok {
+				if run.Status.Retries == before.Status.Retries {
+					continue // not started over yet
+				}
+				if !reported[key] {
+					reported[key] = true
+					fmt.Fprintf(out, "teardownrun %s started over from step %s (retry %d)\n", key, restartStep(run), run.Status.Retries)
+				}
+			}
+			if ph := run.Status.Phase; ph == v1alpha1.RunCancelled || ph == v1alpha1.RunFailed && !ph.Releases(run.Spec.Pipeline.FailurePolicy) {
+				stopped = run
 				return true, nil
 			}
 		}
@@ -152,16 +191,34 @@ func (r *root) waitDeleted(ctx context.Context, t *target, timeout time.Duration
 	for i := range runs {
 		fmt.Fprintf(out, "teardownrun %s/%s is %s\n", runs[i].Namespace, runs[i].Name, phaseOf(&runs[i]))
 	}
+	arg := strings.ToLower(t.GVK.Kind) + "/" + obj.GetName()
+	if obj.GetNamespace() != "" {
+		arg += " -n " + obj.GetNamespace()
+	}
 	switch {
 	case gone:
 		fmt.Fprintf(out, "%s deleted\n", describeObject(t.GVK.Kind, obj))
 		return nil
 	case stopped != nil:
-		return &ExitError{Code: ExitFindings, Err: fmt.Errorf("teardownrun %s/%s is %s: %s; the object stays (kubectl teardown status %s/%s)",
-			stopped.Namespace, stopped.Name, stopped.Status.Phase, stopped.Status.Message, strings.ToLower(t.GVK.Kind), obj.GetName())}
+		return &ExitError{Code: ExitFindings, Err: fmt.Errorf("teardownrun %s/%s is %s: %s; the object stays (kubectl teardown status %s)",
+			stopped.Namespace, stopped.Name, stopped.Status.Phase, stopped.Status.Message, arg)}
 	case wait.Interrupted(err):
-		return &ExitError{Code: ExitFindings, Err: fmt.Errorf("%s is still there after %s: its pipeline goes on (kubectl teardown status %s/%s; is the operator running?)",
-			describeObject(t.GVK.Kind, obj), timeout, strings.ToLower(t.GVK.Kind), obj.GetName())}
+		why := "its pipeline goes on"
+		if st := r.kube.operator(ctx); st.down() {
+			why = "nothing acts on it: " + strings.TrimPrefix(st.String(), "operator: ")
+		} else if !st.Known {
+			why += " (is the operator running? " + st.Why + ")"
+		}
+		return &ExitError{Code: ExitFindings, Err: fmt.Errorf("%s is still there after %s: %s (kubectl teardown status %s)",
+			describeObject(t.GVK.Kind, obj), timeout, why, arg)}
 	}
 	return err
+}
+
+// restartStep is the step a restarted run started over from.
+func restartStep(run *v1alpha1.TeardownRun) string {
+	if lr := run.Status.LastRetry; lr != nil {
+		return lr.FromStep
+	}
+	return run.Status.CurrentStep
 }

@@ -33,8 +33,11 @@ func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c 
 	p.out = pipeline.Advance(ctx, run, facts)
 	phase := run.Status.Phase
 	releases := phase.Finished() && phase.Releases(c.Pipeline.FailurePolicy)
+	// A two-phase run that ends at once still has its object to delete, which waits for the
+	// veto to be lifted (deleteTarget): the run controller does it, as for any run in flight.
+	deletes := releases && c.TwoPhase() && phase != v1alpha1.RunAbandoned
 	switch {
-	case !phase.Finished():
+	case !phase.Finished() || deletes:
 		controllerutil.AddFinalizer(run, v1alpha1.FinalizerRun)
 	case releases:
 		run.Labels[v1alpha1.LabelReleased] = "true" // a record from the start: never cached
@@ -61,10 +64,10 @@ func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c 
 			p.out.Events[i].Note += fmt.Sprintf(" (TeardownRun %s/%s)", run.Namespace, run.Name)
 		}
 	}
-	if releases {
+	if releases && !deletes {
 		// Released after the record is written, as any run: a crash in between leaves a
 		// finished run, found by the next pass's create (record).
-		if err := r.releaseTarget(ctx, run); err != nil {
+		if _, err := r.releaseTarget(ctx, run); err != nil {
 			return err
 		}
 	}
@@ -125,7 +128,12 @@ func (r *runReconciler) recorded(ctx context.Context, key client.ObjectKey) erro
 		r.wake.runs.Add(reconcile.Request{NamespacedName: key})
 		return nil
 	}
-	return r.releaseTarget(ctx, existing)
+	wait, err := r.releaseTarget(ctx, existing)
+	if err == nil && wait > 0 {
+		// A record made by a version that deleted two-phase objects at birth: looked at again.
+		return fmt.Errorf("run %s: its object's deletion waits for its veto to be lifted", key)
+	}
+	return err
 }
 
 // unrecordedEvents sends a pass whose run is not kept (runHistory OnFailure, succeeded at once) to

@@ -47,7 +47,7 @@ func (r *targetReconciler) guards(ctx context.Context, key TargetKey, obj *metav
 	for _, p := range r.registry.ForGVK(key.GVK()) {
 		if armed(p, obj, want) {
 			_, requested := obj.Annotations[v1alpha1.AnnotationDeleteRequested]
-			out.deny(true, armingMessage(p, key, requested), &messages)
+			out.deny(true, armingMessage(p.Key, key, requested), &messages)
 		}
 		if p.Guard == nil || !p.InScope(key.Namespace) || !want[p.Finalizer] {
 			continue

@@ -123,7 +123,9 @@ func (r *runReconciler) read(ctx context.Context, cached *v1alpha1.TeardownRun) 
 		facts.TargetGone = true // done with its target; cleanUp reads what it needs
 		return p, facts, nil
 	}
-	target, err := r.readTarget(ctx, p.tkey, t.UID)
+	// A cancelled two-phase run restarts on a new request, whose author the record names.
+	authors := cached.Spec.Trigger == v1alpha1.TriggerDeleteRequest && cached.Status.Phase == v1alpha1.RunCancelled
+	target, err := r.readTarget(ctx, p.tkey, t.UID, authors)
 	if err != nil {
 		return nil, facts, err
 	}
@@ -274,11 +276,14 @@ func (r *runReconciler) forgetRun(_ context.Context, ev event.DeleteEvent, _ wor
 }
 
 // readTarget returns the target's metadata, or nil once it is gone. The metadata informer serves
-// it; the API server is asked only when the cache misses it (gone, or not watched) and when the
-// break-glass annotation is set, whose author is in the managed fields the cache drops.
-func (r *runReconciler) readTarget(ctx context.Context, key TargetKey, uid types.UID) (*metav1.PartialObjectMetadata, error) {
+// it; the API server is asked only when the cache misses it (gone, or not watched), when the
+// break-glass annotation is set, and (authors) when a delete request is: their authors are in
+// the managed fields the cache drops.
+func (r *runReconciler) readTarget(ctx context.Context, key TargetKey, uid types.UID, authors bool) (*metav1.PartialObjectMetadata, error) {
 	if m, ok := r.watches.Get(key.GVK(), key.Namespace, key.Name); ok && m.UID == uid && m.Annotations[v1alpha1.AnnotationAbandon] == "" {
-		return m, nil
+		if _, requested := m.Annotations[v1alpha1.AnnotationDeleteRequested]; !authors || !requested {
+			return m, nil
+		}
 	}
 	live := metaRef(key.GVK(), key.Namespace, key.Name)
 	err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, live)

@@ -42,8 +42,8 @@ func (r *runReconciler) cleanUp(ctx context.Context, run *v1alpha1.TeardownRun) 
 	case !slices.Contains(run.Finalizers, v1alpha1.FinalizerRun):
 		return r.completeRelease(ctx, run, ownedErr)
 	}
-	if err := r.releaseTarget(ctx, run); err != nil {
-		return reconcile.Result{}, err
+	if wait, err := r.releaseTarget(ctx, run); wait > 0 || err != nil {
+		return reconcile.Result{RequeueAfter: wait}, err
 	}
 	if ownedErr != nil {
 		// The target is released; the run keeps its own finalizer, the mark of work still to
@@ -96,8 +96,8 @@ func (r *runReconciler) settle(ctx context.Context, run *v1alpha1.TeardownRun) e
 // finished that releases is labelled released at once and never cached (see birth).
 func (r *runReconciler) completeRelease(ctx context.Context, run *v1alpha1.TeardownRun, ownedErr error) (reconcile.Result, error) {
 	if r.holdsTarget(run) {
-		if err := r.releaseTarget(ctx, run); err != nil {
-			return reconcile.Result{}, err
+		if wait, err := r.releaseTarget(ctx, run); wait > 0 || err != nil {
+			return reconcile.Result{RequeueAfter: wait}, err
 		}
 	}
 	if ownedErr != nil {
@@ -107,23 +107,24 @@ func (r *runReconciler) completeRelease(ctx context.Context, run *v1alpha1.Teard
 }
 
 // releaseTarget removes the run's finalizer from its target. A two-phase run that ended well
-// (or failed under failurePolicy Release) deletes the target first; one abandoned does not.
-func (r *runReconciler) releaseTarget(ctx context.Context, run *v1alpha1.TeardownRun) error {
+// (or failed under failurePolicy Release) deletes the target first; one abandoned does not. It
+// returns how soon to look again while that deletion waits.
+func (r *runReconciler) releaseTarget(ctx context.Context, run *v1alpha1.TeardownRun) (time.Duration, error) {
 	if run.Spec.Trigger == v1alpha1.TriggerDeleteRequest && run.Status.Phase != v1alpha1.RunAbandoned {
-		if err := r.deleteTarget(ctx, run); err != nil {
-			return err
+		if wait, err := r.deleteTarget(ctx, run); wait > 0 || err != nil {
+			return wait, err
 		}
 	}
 	t := run.Spec.Target
 	gv, _ := schema.ParseGroupVersion(t.APIVersion)
 	key := NewTargetKey(gv.WithKind(t.Kind), t.Namespace, t.Name)
 	if _, err := r.fin.remove(ctx, key.GVK(), t.Namespace, t.Name, t.UID, run.Spec.Finalizer); err != nil && !meta.IsNoMatchError(err) {
-		return fmt.Errorf("releasing %s %s/%s: %w", t.Kind, t.Namespace, t.Name, err)
+		return 0, fmt.Errorf("releasing %s %s/%s: %w", t.Kind, t.Namespace, t.Name, err)
 	}
 	// A released run leaves the run cache at once; the target cache may show the finalizer a
 	// moment longer.
 	r.released.add(key, t.UID, run.Spec.Finalizer)
-	return nil
+	return 0, nil
 }
 
 // holdsTarget reports whether the run's target may still carry its finalizer: the watch cache

@@ -54,6 +54,12 @@ const (
 	GuardDenyAlways    = "DenyAlways"
 	// AnnotationDeletionGuardMessage is the message a refused DELETE returns.
 	AnnotationDeletionGuardMessage = "teardown.dev/deletion-guard-message"
+	// AnnotationDeletedByRun is the operator's, on an object whose two-phase pipeline succeeded:
+	// the name of the run that deletes it. It lifts that policy's veto, so that the operator's
+	// own DELETE is let through whoever the operator runs as; the admission policy exempts no
+	// identity. It names the run of this object (its UID is in the name), so a copy of the
+	// annotation on another object, or on the object recreated, lifts nothing.
+	AnnotationDeletedByRun = "teardown.dev/deleted-by-run"
 )
 
 // Labels a step puts on the objects it creates for a run (a job step's Jobs), so that their

@@ -18,7 +18,7 @@ import (
 
 // runOperatorAsServiceAccount restarts the operator, for the rest of the container, as the
 // service account an install gives it (kubeconfig impersonation), bound to the shipped
-// ClusterRole: the identity the deletion-guard admission policy exempts.
+// ClusterRole, with no more rights than an install gives it.
 func runOperatorAsServiceAccount(ctx context.Context) {
 	GinkgoHelper()
 	Expect(framework.BindOperatorRole(ctx, k8s, root, framework.OperatorNamespace, framework.OperatorName)).To(Succeed())

@@ -12,8 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The service account config/default gives the operator, which the deletion-guard admission
-// policy (config/admission) exempts.
+// The service account config/default gives the operator.
 const (
 	OperatorNamespace = "teardown-system"
 	OperatorName      = "teardown-operator"
@@ -27,9 +26,15 @@ func OperatorUser() string {
 // AsOperator returns a copy of cfg that acts as the operator's service account (impersonation),
 // as the operator does once installed.
 func AsOperator(cfg *rest.Config) *rest.Config {
+	return AsServiceAccount(cfg, OperatorNamespace, OperatorName)
+}
+
+// AsServiceAccount returns a copy of cfg that acts as the service account namespace/name
+// (impersonation), with the groups a service account's token carries.
+func AsServiceAccount(cfg *rest.Config, namespace, name string) *rest.Config {
 	as := rest.CopyConfig(cfg)
-	as.Impersonate = rest.ImpersonationConfig{UserName: OperatorUser(),
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + OperatorNamespace, "system:authenticated"}}
+	as.Impersonate = rest.ImpersonationConfig{UserName: fmt.Sprintf("system:serviceaccount:%s:%s", namespace, name),
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}}
 	return as
 }
 
@@ -49,6 +54,9 @@ func BindOperatorRole(ctx context.Context, c client.Client, root, namespace, nam
 	}
 	binding := &rbacv1.ClusterRoleBinding{}
 	binding.Name = role.Name
+	if namespace != OperatorNamespace || name != OperatorName {
+		binding.Name = fmt.Sprintf("%s-%s-%s", role.Name, namespace, name)
+	}
 	binding.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}
 	binding.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: name}}
 	return client.IgnoreAlreadyExists(c.Create(ctx, binding))

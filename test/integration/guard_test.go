@@ -148,6 +148,15 @@ func labelsOf(ctx context.Context, obj client.Object) map[string]string {
 	return o.GetLabels()
 }
 
+// annotationsOf reads an object's annotations fresh from the API server.
+func annotationsOf(ctx context.Context, obj client.Object) map[string]string {
+	o := obj.DeepCopyObject().(client.Object)
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), o); err != nil {
+		return nil
+	}
+	return o.GetAnnotations()
+}
+
 var _ = Describe("Deletion guards and the admission policy", func() {
 	ctx := context.Background()
 

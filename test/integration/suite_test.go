@@ -122,13 +122,21 @@ func startOperatorWith(edit func(*engine.Options)) func() {
 }
 
 // restartOperatorAsServiceAccount restarts the operator, for the rest of the spec (or ordered
-// container), as the service account an install gives it, bound to the shipped ClusterRole: the
-// identity the deletion-guard admission policy exempts, with no more rights than an install has.
+// container), as the service account an install gives it, bound to the shipped ClusterRole, with
+// no more rights than an install has.
 func restartOperatorAsServiceAccount(ctx context.Context) {
 	GinkgoHelper()
-	Expect(framework.BindOperatorRole(ctx, k8s, filepath.Join("..", ".."), framework.OperatorNamespace, framework.OperatorName)).To(Succeed())
+	restartOperatorAs(ctx, framework.OperatorNamespace, framework.OperatorName)
+}
+
+// restartOperatorAs restarts the operator, for the rest of the spec (or ordered container), as
+// the service account namespace/name bound to the shipped ClusterRole (an install into another
+// namespace, or under another name).
+func restartOperatorAs(ctx context.Context, namespace, name string) {
+	GinkgoHelper()
+	Expect(framework.BindOperatorRole(ctx, k8s, filepath.Join("..", ".."), namespace, name)).To(Succeed())
 	stopOperator()
-	stopOperator = startOperatorOn(framework.AsOperator(cfg), func(*engine.Options) {})
+	stopOperator = startOperatorOn(framework.AsServiceAccount(cfg, namespace, name), func(*engine.Options) {})
 	DeferCleanup(func() {
 		stopOperator()
 		stopOperator = startOperator()

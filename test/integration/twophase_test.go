@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -129,7 +130,7 @@ var _ = Describe("Two-phase delete (trigger DeleteRequest)", Ordered, func() {
 
 		By("a plain delete is refused, saying how to request it")
 		Eventually(func() error { return k8s.Delete(ctx, cm, client.DryRunAll) }, 10*time.Second).
-			Should(MatchError(ContainSubstring("kubectl teardown delete configmap/orders --reason")))
+			Should(MatchError(ContainSubstring("kubectl teardown delete configmap/orders -n " + ns + " --reason")))
 		err := k8s.Delete(ctx, cm)
 		Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(ContainSubstring(v1alpha1.AnnotationDeleteRequested))
@@ -271,5 +272,108 @@ var _ = Describe("Two-phase delete (trigger DeleteRequest)", Ordered, func() {
 		_, stderr, code = kubectlTeardown("delete", "configmap/orders", "-n", ns)
 		Expect(code).To(Equal(2))
 		expectOneLineError(stderr, "--reason is required")
+	})
+})
+
+var _ = Describe("Two-phase delete requested again with kubectl teardown delete", Ordered, func() {
+	ctx := context.Background()
+
+	BeforeAll(func() { installDeletionGuardPolicy(ctx) })
+
+	// Issue: after a withdrawal, a new request exited 1 with the cancelled run's "is Cancelled"
+	// while the operator started that run over and deleted the object; its requestedBy did not
+	// name the field manager.
+	It("reports that the new request starts the cancelled run over, follows it to the deletion, and records who asked", func() {
+		cliKubeconfig = writeKubeconfig(cfg)
+		ns := newNamespace(ctx)
+		var up atomic.Bool
+		api.handle(ns, func(w http.ResponseWriter, r *http.Request) {
+			if !up.Load() {
+				http.Error(w, "backup service down", http.StatusServiceUnavailable)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+		})
+		p := twoPhasePolicy(ns, "export", 0)
+		p.Spec.Steps[0].Retry = &v1alpha1.RetryPolicy{Limit: 100, Backoff: dur(time.Second)}
+		cm := protect(ctx, p, "orders")
+		_, stderr, code := kubectlTeardown("delete", "configmap/orders", "-n", ns, "--reason", "hank: first try", "--wait=false")
+		Expect(code).To(Equal(0), stderr)
+		Eventually(func() int32 { return runFor(ctx, cm)().Status.Step("backup").Attempts }, 10*time.Second).Should(BeNumerically(">=", 1))
+		_, stderr, code = kubectlTeardown("delete", "configmap/orders", "-n", ns, "--withdraw")
+		Expect(code).To(Equal(0), stderr)
+		Eventually(runPhase(ctx, cm), 10*time.Second).Should(Equal(v1alpha1.RunCancelled))
+
+		up.Store(true)
+		stdout, stderr, code := kubectlTeardown("delete", "configmap/orders", "-n", ns, "--reason", "hank: for real")
+		Expect(code).To(Equal(0), "stdout: %s\nstderr: %s", stdout, stderr)
+		Expect(stdout).To(MatchRegexp(`teardownrun %s/orders-\w+ was cancelled \(.*withdrawn.*\): this request starts it over from its first step`, ns))
+		Expect(stdout).To(MatchRegexp(`teardownrun %s/orders-\w+ started over from step backup \(retry 1\)`, ns))
+		Expect(stdout).To(ContainSubstring("ConfigMap " + ns + "/orders deleted"))
+		Expect(gone(ctx, cm)()).To(BeTrue())
+		run := runFor(ctx, cm)()
+		Expect(run.Status.Phase).To(Equal(v1alpha1.RunSucceeded))
+		Expect(run.Status.RequestedBy).To(ContainSubstring(`"hank: for real"`))
+		Expect(run.Status.RequestedBy).To(ContainSubstring("set by field manager kubectl-teardown"))
+	})
+})
+
+// The admission policy exempts no identity: the operator lifts its own veto before it deletes, so
+// a two-phase delete finishes however the operator is installed. Issue: with the operator's
+// ServiceAccount exempt by name, an operator run outside the cluster (an administrator's
+// kubeconfig) or installed in another namespace had its own DELETE refused for ever.
+var _ = Describe("Two-phase delete, whoever the operator runs as", Ordered, func() {
+	ctx := context.Background()
+
+	BeforeAll(func() { installDeletionGuardPolicy(ctx) })
+
+	// requestAndExpectDeleted protects a ConfigMap with a two-phase policy, checks that a plain
+	// delete by the suite's administrator is refused, requests the deletion and waits until the
+	// operator deleted it.
+	requestAndExpectDeleted := func(ns string) {
+		GinkgoHelper()
+		api.handle(ns, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+		cm := protect(ctx, twoPhasePolicy(ns, "export", 0), "orders")
+		Eventually(func() error { return k8s.Delete(ctx, cm, client.DryRunAll) }, 10*time.Second).
+			Should(MatchError(ContainSubstring("request it with `kubectl teardown delete configmap/orders -n " + ns + " --reason")),
+				"a cluster administrator is not exempt either")
+		requestDelete(ctx, cm, "frank: retired")
+		Eventually(gone(ctx, cm), 15*time.Second).Should(BeTrue(), "the operator's own DELETE must get through")
+		run := runFor(ctx, cm)()
+		Expect(run.Status.Phase).To(Equal(v1alpha1.RunSucceeded))
+		Expect(eventReasons(ctx, run)()).NotTo(ContainElement(v1alpha1.ReasonDeleteFailed))
+	}
+
+	It("deletes the object when the operator runs with an administrator's credentials, as outside the cluster", func() {
+		requestAndExpectDeleted(newNamespace(ctx))
+	})
+
+	It("deletes the object when the operator runs as a ServiceAccount of another namespace and name", func() {
+		Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "platform-ops"}}))).To(Succeed())
+		restartOperatorAs(ctx, "platform-ops", "teardown")
+		requestAndExpectDeleted(newNamespace(ctx))
+	})
+
+	It("still refuses the operator's DELETE while another policy's deletion guard holds, and deletes once it does not", func() {
+		ns := newNamespace(ctx)
+		api.handle(ns, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+		guard := namespacedPolicy(ns, "in-use", waitStep("settle", 0))
+		guard.Spec.Selector.MatchLabels = map[string]string{"app": "export"} // the two-phase policy's objects
+		guard.Spec.DeletionGuard = &v1alpha1.DeletionGuard{Deny: "has(object.data) && 'in-use' in object.data", Message: "still in use"}
+		Expect(k8s.Create(ctx, guard)).To(Succeed())
+		expectReady(ctx, guard, metav1.ConditionTrue)
+		cm := protect(ctx, twoPhasePolicy(ns, "export", 0), "orders")
+		update(ctx, cm, func(c *corev1.ConfigMap) { c.Data = map[string]string{"in-use": "yes"} })
+		Eventually(func() string { return annotationsOf(ctx, cm)[v1alpha1.AnnotationDeletionGuardMessage] }, 10*time.Second).
+			Should(ContainSubstring("TeardownPolicy/" + ns + "/in-use: still in use"))
+		requestDelete(ctx, cm, "grace: retired")
+		Eventually(runPhase(ctx, cm), 10*time.Second).Should(Equal(v1alpha1.RunSucceeded))
+		Eventually(eventReasons(ctx, runFor(ctx, cm)()), 10*time.Second).Should(ContainElement(v1alpha1.ReasonDeleteFailed))
+		alive(ctx, cm)
+		Expect(labelsOf(ctx, cm)).To(HaveKeyWithValue(v1alpha1.LabelDeletionGuard, v1alpha1.GuardDeny), "only the other policy's guard is left")
+		Expect(annotationsOf(ctx, cm)).To(HaveKeyWithValue(v1alpha1.AnnotationDeletedByRun, runFor(ctx, cm)().Name))
+
+		update(ctx, cm, func(c *corev1.ConfigMap) { c.Data = nil })
+		Eventually(gone(ctx, cm), 30*time.Second).Should(BeTrue())
 	})
 })
