@@ -335,7 +335,7 @@ var _ = Describe("Two-phase delete, whoever the operator runs as", Ordered, func
 		api.handle(ns, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 		cm := protect(ctx, twoPhasePolicy(ns, "export", 0), "orders")
 		Eventually(func() error { return k8s.Delete(ctx, cm, client.DryRunAll) }, 10*time.Second).
-			Should(MatchError(ContainSubstring("request it with `kubectl teardown delete configmap/orders -n " + ns + " --reason")),
+			Should(MatchError(ContainSubstring("request it with `kubectl teardown delete configmap/orders -n "+ns+" --reason")),
 				"a cluster administrator is not exempt either")
 		requestDelete(ctx, cm, "frank: retired")
 		Eventually(gone(ctx, cm), 15*time.Second).Should(BeTrue(), "the operator's own DELETE must get through")
