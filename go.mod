@@ -3,6 +3,7 @@ module github.com/teardown-dev/teardown-operator
 go 1.26.8
 
 require (
+	github.com/creack/pty v1.1.24
 	github.com/go-logr/logr v1.4.3
 	github.com/google/cel-go v0.29.2
 	github.com/google/go-containerregistry v0.22.1

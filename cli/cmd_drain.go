@@ -26,6 +26,8 @@ type drainOptions struct {
 	// stopOperator is the operator's Deployment to stop before draining (--stop-operator), when set.
 	stopOperator *operatorRef
 	timeout      time.Duration
+	// ignoreRunningOperator drains although a replica holds the operator's lease.
+	ignoreRunningOperator bool
 }
 
 func (r *root) drainCommand() *cobra.Command {
@@ -40,9 +42,16 @@ does): a running operator puts its finalizers back on the objects its policies s
 stop protecting objects while it runs, suspend or delete the policy instead).
 
 --policy drains one policy's finalizer: TeardownPolicy/NAME (in -n's namespace),
-ClusterTeardownPolicy/NAME, or NAME when only one policy has it. --all drains every policy's
+ClusterTeardownPolicy/NAME, or NAME when only one policy has it; a policy being deleted also loses
+its own finalizer (teardown.dev/release-targets), so that it goes. --all drains every policy's
 finalizer, and the operator's own finalizers on TeardownRuns and policies, so that they and the
-CRDs can be deleted. It asks for --yes on a terminal. Running it again finds nothing to do.
+CRDs can be deleted. On a terminal --all shows what it would release and asks; where it cannot ask
+(standard input is not a terminal) it refuses without --yes. Running it again finds nothing to do.
+
+While a replica of the operator holds its leader election lease (read in --run-namespace), drain
+refuses to release what the operator would put back (--all, or a policy that is neither suspended
+nor being deleted): stop the operator first (--stop-operator), or pass --ignore-running-operator.
+With --dry-run it only warns.
 
 --stop-operator NAMESPACE/NAME stops the operator before draining: it scales that Deployment to 0
 replicas (through its scale subresource) and waits, up to --timeout, until none of its pods remain
@@ -60,11 +69,11 @@ needs get on deployments, patch on deployments/scale and list on pods in that na
 			if o.all == (o.policy != "") {
 				return usageError("drain needs exactly one of --policy POLICY or --all")
 			}
-			if o.all && !o.yes && !o.dryRun && isTerminal(r.streams.In) {
-				return usageError("drain --all releases every object the operator protects: add --yes to confirm, or --dry-run to see what it would release")
-			}
 			if err := o.parseStop(cmd); err != nil {
 				return err
+			}
+			if o.all && !o.yes && !o.dryRun && !isTerminal(r.streams.In) {
+				return usageError("drain --all releases every object the operator protects and cannot ask here (standard input is not a terminal): add --yes to confirm, or --dry-run to see what it would release")
 			}
 			if err := r.kube.connect(); err != nil {
 				return err
@@ -75,7 +84,8 @@ needs get on deployments, patch on deployments/scale and list on pods in that na
 	cmd.Flags().StringVar(&o.policy, "policy", "", "drain this policy's finalizer only")
 	cmd.Flags().BoolVar(&o.all, "all", false, "drain every teardown finalizer")
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "print what would be released, releasing nothing")
-	cmd.Flags().BoolVar(&o.yes, "yes", false, "confirm --all on a terminal")
+	cmd.Flags().BoolVar(&o.yes, "yes", false, "confirm --all without being asked (required where drain cannot ask: no terminal)")
+	cmd.Flags().BoolVar(&o.ignoreRunningOperator, "ignore-running-operator", false, "drain although a replica of the operator holds its lease (it puts finalizers back)")
 	cmd.Flags().String("stop-operator", "", "scale the operator's Deployment, `NAMESPACE/NAME`, to 0 and wait for its pods to go before draining")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long --stop-operator waits for the operator's pods to go")
 	return cmd
@@ -98,6 +108,7 @@ func (o *drainOptions) parseStop(cmd *cobra.Command) error {
 	return nil
 }
 
+// isTerminal reports whether in is a terminal, where drain can ask.
 func isTerminal(in any) bool {
 	f, ok := in.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
@@ -107,13 +118,28 @@ func isTerminal(in any) bool {
 type drained func(finalizer, ns string) bool
 
 func (r *root) drain(ctx context.Context, o *drainOptions) error {
-	match, kinds, err := r.drainScope(ctx, o)
+	match, kinds, view, err := r.drainScope(ctx, o)
 	if err != nil {
+		return err
+	}
+	if err := r.checkOperatorStopped(ctx, o, view); err != nil {
 		return err
 	}
 	d := &drainer{kube: r.kube, out: r.streams.Out, errOut: r.streams.ErrOut, match: match, dryRun: o.dryRun, liftGuards: o.all}
 	if kinds == nil {
 		if kinds, err = d.allKinds(); err != nil {
+			return err
+		}
+	}
+	if o.all && !o.yes && !o.dryRun {
+		// On a terminal (checked before): show what would go, and ask.
+		preview := *d
+		preview.dryRun = true
+		if err := preview.drainKinds(ctx, kinds); err != nil {
+			return err
+		}
+		r.printDrained(&preview)
+		if ok, err := r.confirmAll(&preview); !ok || err != nil {
 			return err
 		}
 	}
@@ -123,25 +149,15 @@ func (r *root) drain(ctx context.Context, o *drainOptions) error {
 			return err
 		}
 	}
-	for _, gvr := range kinds {
-		if err := d.drainKind(ctx, gvr); err != nil {
+	if err := d.drainKinds(ctx, kinds); err != nil {
+		return err
+	}
+	if view != nil && view.Object.GetDeletionTimestamp() != nil {
+		if err := d.releasePolicy(ctx, view); err != nil {
 			return err
 		}
 	}
-	verb := "released"
-	if o.dryRun {
-		verb = "would release"
-	}
-	if d.objects == 0 {
-		fmt.Fprintln(r.streams.Out, "nothing to drain: no object carries a matching teardown finalizer")
-	} else {
-		vetoes := ""
-		if d.vetoes > 0 {
-			vetoes = fmt.Sprintf(" and %d deletion guard %s", d.vetoes, plural(d.vetoes, "veto", "vetoes"))
-		}
-		fmt.Fprintf(r.streams.Out, "%s %d %s%s from %d %s\n", verb, d.finalizers, plural(d.finalizers, "finalizer", "finalizers"),
-			vetoes, d.objects, plural(d.objects, "object", "objects"))
-	}
+	r.printDrained(d)
 	if d.unread != "" {
 		// An uninstall must not go on as if everything was drained.
 		return &ExitError{Code: ExitFindings, Err: fmt.Errorf("some API groups could not be read, and objects of their kinds were not drained: %s", d.unread)}
@@ -149,31 +165,50 @@ func (r *root) drain(ctx context.Context, o *drainOptions) error {
 	return nil
 }
 
-// drainScope returns what to release and where to look (nil: every kind).
-func (r *root) drainScope(ctx context.Context, o *drainOptions) (drained, []schema.GroupVersionResource, error) {
+// printDrained prints what a drain released, or would.
+func (r *root) printDrained(d *drainer) {
+	verb := "released"
+	if d.dryRun {
+		verb = "would release"
+	}
+	if d.objects == 0 {
+		fmt.Fprintln(r.streams.Out, "nothing to drain: no object carries a matching teardown finalizer")
+		return
+	}
+	vetoes := ""
+	if d.vetoes > 0 {
+		vetoes = fmt.Sprintf(" and %d deletion guard %s", d.vetoes, plural(d.vetoes, "veto", "vetoes"))
+	}
+	fmt.Fprintf(r.streams.Out, "%s %d %s%s from %d %s\n", verb, d.finalizers, plural(d.finalizers, "finalizer", "finalizers"),
+		vetoes, d.objects, plural(d.objects, "object", "objects"))
+}
+
+// drainScope returns what to release, where to look (nil: every kind) and, with --policy, the
+// policy (nil when it is gone).
+func (r *root) drainScope(ctx context.Context, o *drainOptions) (drained, []schema.GroupVersionResource, *policy.View, error) {
 	if o.all {
 		return func(f, _ string) bool {
 			return naming.IsOurs(f) || f == v1alpha1.FinalizerRun || f == v1alpha1.FinalizerPolicy
-		}, nil, nil
+		}, nil, nil, nil
 	}
 	key, view, err := r.resolvePolicy(ctx, o.policy)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	fin := key.Finalizer()
 	match := func(f, ns string) bool { return f == fin && (!key.Namespaced() || ns == key.Namespace) }
 	if view == nil {
-		return match, nil, nil // the policy is gone: its kind is unknown, look everywhere
+		return match, nil, nil, nil // the policy is gone: its kind is unknown, look everywhere
 	}
 	gv, err := schema.ParseGroupVersion(view.Spec.TargetRef.APIVersion)
 	if err != nil {
-		return match, nil, nil
+		return match, nil, view, nil
 	}
 	m, err := r.kube.mapper.RESTMapping(schema.GroupKind{Group: gv.Group, Kind: view.Spec.TargetRef.Kind}, gv.Version)
 	if err != nil {
-		return match, nil, nil
+		return match, nil, view, nil // not served (its CRD removed?): look everywhere
 	}
-	return match, []schema.GroupVersionResource{m.Resource}, nil
+	return match, []schema.GroupVersionResource{m.Resource}, view, nil
 }
 
 // resolvePolicy finds the policy --policy names; view is nil when it no longer exists.

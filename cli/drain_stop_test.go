@@ -39,3 +39,13 @@ func TestDrainHelpExplainsStopOperator(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainAllRefusesWhereItCannotAsk: --all without --yes, its standard input not a terminal (a
+// script, a pipe), releases nothing and says what to do, before any cluster is read. Issue: it
+// drained every object without asking.
+func TestDrainAllRefusesWhereItCannotAsk(t *testing.T) {
+	out, errOut, code := run(t, "drain", "--all", "--kubeconfig", "/nonexistent")
+	if code != cli.ExitUsage || out != "" || !strings.Contains(errOut, "cannot ask here (standard input is not a terminal): add --yes") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit 2, nothing on stdout, and the refusal", code, out, errOut)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/policy"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -73,14 +74,52 @@ func (d *drainer) allKinds() ([]schema.GroupVersionResource, error) {
 	return out, nil
 }
 
-// drainKind releases the matching finalizers of every object of one kind, page by page.
-func (d *drainer) drainKind(ctx context.Context, gvr schema.GroupVersionResource) error {
-	if d.mc == nil {
-		mc, err := metadata.NewForConfig(d.kube.cfg)
-		if err != nil {
+// drainKinds releases the matching finalizers of every object of the kinds, kind by kind.
+func (d *drainer) drainKinds(ctx context.Context, kinds []schema.GroupVersionResource) error {
+	for _, gvr := range kinds {
+		if err := d.drainKind(ctx, gvr); err != nil {
 			return err
 		}
-		d.mc = mc
+	}
+	return nil
+}
+
+// releasePolicy removes the operator's own finalizer from a policy being deleted, once its
+// objects are drained: with its objects released, nothing is left for it to wait for.
+func (d *drainer) releasePolicy(ctx context.Context, view *policy.View) error {
+	p := view.Object
+	obj := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: p.GetNamespace(), Name: p.GetName(),
+		ResourceVersion: p.GetResourceVersion(), Finalizers: p.GetFinalizers(), DeletionTimestamp: p.GetDeletionTimestamp()}}
+	own := *d
+	own.match = func(f, _ string) bool { return f == v1alpha1.FinalizerPolicy }
+	own.liftGuards = false
+	if err := own.init(); err != nil {
+		return err
+	}
+	if err := own.release(ctx, policyResource(view.Key.Kind), obj); err != nil {
+		return err
+	}
+	d.objects, d.finalizers = own.objects, own.finalizers
+	return nil
+}
+
+// init makes the metadata client, once.
+func (d *drainer) init() error {
+	if d.mc != nil {
+		return nil
+	}
+	mc, err := metadata.NewForConfig(d.kube.cfg)
+	if err != nil {
+		return err
+	}
+	d.mc = mc
+	return nil
+}
+
+// drainKind releases the matching finalizers of every object of one kind, page by page.
+func (d *drainer) drainKind(ctx context.Context, gvr schema.GroupVersionResource) error {
+	if err := d.init(); err != nil {
+		return err
 	}
 	opts := metav1.ListOptions{Limit: drainPage}
 	for {

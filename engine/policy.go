@@ -48,6 +48,7 @@ type policyReconciler struct {
 	fin        *finalizerWriter
 	reads      clusterReads
 	wake       *wakeups
+	served     servedKinds
 	// statusWritten are the versions of this kind's policies as their last status write left
 	// them.
 	statusWritten *writtenVersions
@@ -122,6 +123,15 @@ func (r *policyReconciler) compile(v policy.View) (*policy.Compiled, reconcile.R
 			"spec.targetRef: %s %s is not served by the cluster (is its CRD installed?); checking again every %s", gvk.Kind, gvk.GroupVersion(), retryNotServed))
 		return nil, reconcile.Result{RequeueAfter: retryNotServed}
 	}
+	if since, gone := r.served.gone(gvk); gone {
+		// Its CRD was removed: no object of it is left to protect, and the cached mapping and
+		// watch would otherwise keep the policy Ready.
+		r.registry.SetInvalid(v.Key, gvk)
+		r.setReady(v, metav1.ConditionFalse, v1alpha1.ReasonKindNotServed, fmt.Sprintf(
+			"spec.targetRef: %s %s is no longer served by the cluster (since %s: its CRD was removed?); checking again every %s",
+			gvk.Kind, gvk.GroupVersion(), since.UTC().Format(time.RFC3339), retryNotServed))
+		return nil, reconcile.Result{RequeueAfter: retryNotServed}
+	}
 	if v.Key.Namespaced() && mapping.Scope.Name() != meta.RESTScopeNameNamespace {
 		r.watches.Release(gvk, consumerOf(v.Key))
 		r.registry.SetInvalid(v.Key, gvk)
@@ -172,7 +182,8 @@ func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, c
 		r.wake.enqueueTargets(gvk, v.Key.Namespace)
 	}
 	remaining, active := 0, 0
-	if _, err := r.watches.Mapping(gvk); err == nil {
+	_, gone := r.served.gone(gvk) // no object of a kind no longer served carries the finalizer
+	if _, err := r.watches.Mapping(gvk); err == nil && !gone {
 		r.acquireQuietly(gvk, v.Key)
 		if !r.watches.Synced(gvk) {
 			return reconcile.Result{RequeueAfter: waitSync}, nil
@@ -199,7 +210,7 @@ func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, c
 	// The cache said none is left; confirm with the API server before letting go. A finalizer patch
 	// computed before the deletion may still land after the cache count, and once this policy is
 	// gone nothing would watch that kind to remove it.
-	if _, err := r.watches.Mapping(gvk); err == nil {
+	if _, err := r.watches.Mapping(gvk); err == nil && !gone {
 		n, err := r.countProtectedLive(ctx, gvk, v.Key.Namespace, compiled.Finalizer)
 		if err != nil {
 			return reconcile.Result{}, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -48,6 +49,10 @@ type Manager struct {
 	ctx     context.Context
 	entries map[schema.GroupVersionKind]*entry
 	shared  *interner
+	// unserved hears of a kind whose list or watch the API server answers with NotFound: its
+	// resource is no longer served (its CRD was removed), which the REST mapper, which caches
+	// discovery, does not know.
+	unserved func(schema.GroupVersionKind)
 }
 
 type entry struct {
@@ -55,6 +60,9 @@ type entry struct {
 	mapping   *meta.RESTMapping
 	stop      context.CancelFunc
 	consumers map[string]struct{}
+	// notFound is when the API server first answered the informer's list or watch with NotFound,
+	// since it last served the kind; zero while it serves it.
+	notFound time.Time
 }
 
 // NewManager returns a manager; Start must be called before Acquire starts informers.
@@ -112,6 +120,9 @@ func (m *Manager) Acquire(gvk schema.GroupVersionKind, consumer string) (*meta.R
 	if err := inf.SetTransform(m.transform); err != nil {
 		return nil, err
 	}
+	if err := inf.SetWatchErrorHandlerWithContext(m.watchError(gvk)); err != nil {
+		return nil, err
+	}
 	if _, err := inf.AddEventHandler(m.handlerFuncs(gvk)); err != nil {
 		return nil, err
 	}
@@ -121,6 +132,59 @@ func (m *Manager) Acquire(gvk schema.GroupVersionKind, consumer string) (*meta.R
 	go inf.RunWithContext(ctx)
 	m.log.Info("started watch", "kind", gvk.String(), "resource", mapping.Resource.String())
 	return mapping, nil
+}
+
+// OnUnserved sets f to hear of a watched kind that the API server stops serving (NotFound to the
+// informer's list or watch). Set it before Start.
+func (m *Manager) OnUnserved(f func(schema.GroupVersionKind)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.unserved = f
+}
+
+// watchError records a NotFound answer to gvk's informer, telling OnUnserved's function the first
+// time, then logs the error as the informer would.
+func (m *Manager) watchError(gvk schema.GroupVersionKind) cache.WatchErrorHandlerWithContext {
+	return func(ctx context.Context, r *cache.Reflector, err error) {
+		if apierrors.IsNotFound(err) {
+			m.mu.Lock()
+			e, ok := m.entries[gvk]
+			first := ok && e.notFound.IsZero()
+			if first {
+				e.notFound = time.Now()
+			}
+			f := m.unserved
+			m.mu.Unlock()
+			if first {
+				m.log.Info("watched kind is not served any more", "kind", gvk.String(), "error", err.Error())
+				if f != nil {
+					f(gvk)
+				}
+			}
+		}
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	}
+}
+
+// NotFoundSince returns when the API server started answering gvk's informer with NotFound, and
+// whether it does; the kind may be served again since (MarkServed forgets it).
+func (m *Manager) NotFoundSince(gvk schema.GroupVersionKind) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.entries[gvk]; ok && !e.notFound.IsZero() {
+		return e.notFound, true
+	}
+	return time.Time{}, false
+}
+
+// MarkServed forgets a NotFound recorded for gvk, once discovery says the kind is served again:
+// the informer recovers by itself on its next try.
+func (m *Manager) MarkServed(gvk schema.GroupVersionKind) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.entries[gvk]; ok {
+		e.notFound = time.Time{}
+	}
 }
 
 // Release lets go of consumer's hold on gvk; the informer stops when no consumer holds it.

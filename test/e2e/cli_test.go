@@ -101,7 +101,7 @@ var _ = Describe("kubectl teardown on a real control plane", func() {
 		stopOperator()
 		DeferCleanup(startOperator)
 
-		out, errOut, code := kubectlTeardown("drain", "--all")
+		out, errOut, code := kubectlTeardown("drain", "--all", "--yes")
 		Expect(code).To(Equal(0), errOut)
 		Expect(out).To(ContainSubstring("configmaps " + ns + "/cm-0 (being deleted: its deletion completes now)"))
 
@@ -118,7 +118,7 @@ var _ = Describe("kubectl teardown on a real control plane", func() {
 		Expect(k8s.Delete(ctx, nsObj)).To(Succeed())
 		Eventually(probe.Gone(ctx, nsObj), 2*time.Minute, time.Second).Should(BeTrue(), "the run's own finalizer was drained too")
 
-		out, _, code = kubectlTeardown("drain", "--all")
+		out, _, code = kubectlTeardown("drain", "--all", "--yes")
 		Expect(code).To(Equal(0))
 		Expect(out).NotTo(ContainSubstring(ns), "a second drain finds nothing of this namespace")
 	})

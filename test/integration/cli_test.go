@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,9 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/creack/pty"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -59,6 +63,36 @@ func kubectlTeardownAs(kubeconfig string, args ...string) (stdout, stderr string
 
 func kubectlTeardown(args ...string) (stdout, stderr string, code int) {
 	return kubectlTeardownAs(cliKubeconfig, args...)
+}
+
+// kubectlTeardownOnTerminal runs the plugin with a terminal (a pseudo-terminal) as its standard
+// input, where a user types input.
+func kubectlTeardownOnTerminal(input string, args ...string) (stdout, stderr string, code int) {
+	GinkgoHelper()
+	master, tty, err := pty.Open()
+	Expect(err).NotTo(HaveOccurred())
+	defer master.Close()
+	defer tty.Close()
+	_, err = master.WriteString(input)
+	Expect(err).NotTo(HaveOccurred())
+	go func() { _, _ = io.Copy(io.Discard, master) }() // the terminal's echo
+	var out, errOut bytes.Buffer
+	streams := genericiooptions.IOStreams{In: tty, Out: &out, ErrOut: &errOut}
+	flags := []string{"--kubeconfig", cliKubeconfig, "--cache-dir", filepath.Join(filepath.Dir(cliKubeconfig), "cache")}
+	code = cli.Run(cli.NewCommand(streams), append(flags, args...))
+	GinkgoWriter.Printf("$ kubectl teardown %s (on a terminal, typed %q)\n%s%s(exit %d)\n", strings.Join(args, " "), input, out.String(), errOut.String(), code)
+	return out.String(), errOut.String(), code
+}
+
+// holdLease makes the operator's lease look held by a running replica until the spec ends.
+func holdLease(ctx context.Context) {
+	GinkgoHelper()
+	now := metav1.NewMicroTime(time.Now())
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: runNamespace, Name: v1alpha1.LeaderElectionLease},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("teardown-operator-7d9c-x2x4q_1"), LeaseDurationSeconds: ptr.To(int32(3600)),
+			AcquireTime: &now, RenewTime: &now}}
+	Expect(k8s.Create(ctx, lease)).To(Succeed())
+	DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, lease))).To(Succeed()) })
 }
 
 // expectOneLineError checks a failure's stderr: one line "error: ...", no panic.
@@ -324,7 +358,26 @@ var _ = Describe("kubectl teardown", func() {
 			Expect(finalizers(ctx, o)()).To(Equal(before[i]), "a dry run changes nothing")
 		}
 
+		By("--all without --yes, where it cannot ask, refuses and changes nothing")
 		out, errOut, code = kubectlTeardown("drain", "--all")
+		Expect(code).To(Equal(cli.ExitUsage))
+		Expect(out).To(BeEmpty())
+		expectOneLineError(errOut, "cannot ask here (standard input is not a terminal): add --yes")
+		for i, o := range objs {
+			Expect(finalizers(ctx, o)()).To(Equal(before[i]), "a refused drain changes nothing")
+		}
+
+		By("on a terminal it shows what it would release and asks; no keeps everything")
+		out, errOut, code = kubectlTeardownOnTerminal("no\n", "drain", "--all")
+		Expect(code).To(Equal(cli.ExitOK), errOut)
+		Expect(out).To(And(ContainSubstring("would release "+finalizerOf(p)+" from configmaps "+ns+"/deleting"),
+			MatchRegexp(`Release \d+ finalizers from \d+ objects\? Type yes to confirm: `), ContainSubstring("nothing released")))
+		for i, o := range objs {
+			Expect(finalizers(ctx, o)()).To(Equal(before[i]), "a declined drain changes nothing")
+		}
+
+		By("yes releases")
+		out, errOut, code = kubectlTeardownOnTerminal("yes\n", "drain", "--all")
 		Expect(code).To(Equal(cli.ExitOK), errOut)
 		Expect(out).To(ContainSubstring("released " + finalizerOf(p) + " from configmaps " + ns + "/deleting"))
 		Expect(gone(ctx, deleting)()).To(BeTrue(), "the object being deleted is deleted")
@@ -333,10 +386,57 @@ var _ = Describe("kubectl teardown", func() {
 		Expect(finalizers(ctx, run)()).NotTo(ContainElement(v1alpha1.FinalizerRun))
 		Expect(finalizers(ctx, p)()).NotTo(ContainElement(v1alpha1.FinalizerPolicy))
 
-		out, errOut, code = kubectlTeardown("drain", "--all")
+		out, errOut, code = kubectlTeardown("drain", "--all", "--yes")
 		Expect(code).To(Equal(cli.ExitOK), errOut)
 		Expect(out).To(ContainSubstring("nothing to drain"))
 		Expect(finalizers(ctx, shared)()).To(Equal([]string{"example.com/keep"}))
+	})
+
+	// Issue: drain released every finalizer while the operator ran, which put them back at once.
+	It("refuses to drain while a replica holds the operator's lease, unless told to", func() {
+		ns := newNamespace(ctx)
+		p := namespacedPolicy(ns, "leased", waitStep("hold", time.Hour))
+		cm := protect(ctx, p, "idle")
+		holdLease(ctx)
+
+		_, errOut, code := kubectlTeardown("drain", "--all", "--yes")
+		Expect(code).To(Equal(cli.ExitUsage))
+		expectOneLineError(errOut, "the operator is running (replica teardown-operator-7d9c-x2x4q_1 holds lease "+runNamespace+"/"+v1alpha1.LeaderElectionLease)
+		Expect(errOut).To(ContainSubstring("--stop-operator"))
+		_, errOut, code = kubectlTeardown("drain", "--policy", "TeardownPolicy/leased", "-n", ns)
+		Expect(code).To(Equal(cli.ExitUsage))
+		expectOneLineError(errOut, "the operator is running")
+		Expect(finalizers(ctx, cm)()).To(ContainElement(finalizerOf(p)))
+
+		By("a dry run only warns")
+		out, errOut, code := kubectlTeardown("drain", "--policy", "TeardownPolicy/leased", "-n", ns, "--dry-run")
+		Expect(code).To(Equal(cli.ExitOK), errOut)
+		Expect(errOut).To(HavePrefix("warning: the operator is running"))
+		Expect(out).To(ContainSubstring("would release 1 finalizer from 1 object"))
+
+		By("a suspended policy's objects are let go by the operator itself: no refusal")
+		update(ctx, p, func(p *v1alpha1.TeardownPolicy) { p.Spec.Suspend = true })
+		Eventually(finalizers(ctx, cm), 10*time.Second).ShouldNot(ContainElement(finalizerOf(p)))
+		_, errOut, code = kubectlTeardown("drain", "--policy", "TeardownPolicy/leased", "-n", ns)
+		Expect(code).To(Equal(cli.ExitOK), errOut)
+	})
+
+	// Issue: a policy left deleting (its operator gone) kept its own finalizer after drain --policy.
+	It("drains a policy being deleted, its own finalizer included, while the operator is stopped", Serial, func() {
+		ns := newNamespace(ctx)
+		p := namespacedPolicy(ns, "orphan", waitStep("hold", time.Hour))
+		cm := protect(ctx, p, "idle")
+		stopOperator()
+		DeferCleanup(func() { stopOperator = startOperator() })
+		Expect(k8s.Delete(ctx, p)).To(Succeed())
+		Consistently(gone(ctx, p), time.Second).Should(BeFalse(), "nothing lets the policy go while the operator is stopped")
+
+		out, errOut, code := kubectlTeardown("drain", "--policy", "TeardownPolicy/orphan", "-n", ns)
+		Expect(code).To(Equal(cli.ExitOK), errOut)
+		Expect(out).To(ContainSubstring("released " + finalizerOf(p) + " from configmaps " + ns + "/idle"))
+		Expect(out).To(ContainSubstring("released " + v1alpha1.FinalizerPolicy + " from teardownpolicies.teardown.dev " + ns + "/orphan"))
+		Expect(finalizers(ctx, cm)()).To(BeEmpty())
+		Eventually(gone(ctx, p), 5*time.Second).Should(BeTrue())
 	})
 
 	It("answers bad input with one line on stderr and exit code 2", func() {

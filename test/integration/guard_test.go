@@ -129,7 +129,7 @@ var _ = Describe("Deletion guards after the operator is gone", func() {
 
 		stopOperator()
 		DeferCleanup(func() { stopOperator = startOperator() })
-		out, errOut, code := kubectlTeardownAs(writeKubeconfig(cfg), "drain", "--all")
+		out, errOut, code := kubectlTeardownAs(writeKubeconfig(cfg), "drain", "--all", "--yes")
 		Expect(code).To(Equal(cli.ExitOK), errOut)
 		Expect(out).To(ContainSubstring("configmaps " + ns + "/held-obj"))
 		Expect(out).To(MatchRegexp(`released \d+ finalizers? and \d+ deletion guard veto`))

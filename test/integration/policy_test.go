@@ -9,6 +9,8 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -142,6 +144,57 @@ var _ = Describe("Policies", func() {
 		Eventually(finalizers(ctx, w), 10*time.Second).Should(ConsistOf(finalizerOf(p)))
 		Expect(k8s.Delete(ctx, w)).To(Succeed())
 		Eventually(gone(ctx, w), 10*time.Second).Should(BeTrue())
+	})
+
+	// Issue: with its CRD removed, a policy stayed Ready/Protecting and, once deleted, kept its
+	// own finalizer for ever (its live recount was answered NotFound).
+	It("says when its target kind's CRD is removed, and can then be deleted", func() {
+		ns := newNamespace(ctx)
+		raw, err := os.ReadFile("testdata/widget-crd.yaml")
+		Expect(err).NotTo(HaveOccurred())
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		Expect(yaml.Unmarshal(raw, crd)).To(Succeed())
+		// The same schema under a group of this spec's own, so that removing it touches no other spec.
+		crd.Name, crd.Spec.Group = "widgets.removed.teardown.dev", "removed.teardown.dev"
+		Expect(k8s.Create(ctx, crd)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(crd), crd)).To(Succeed())
+			established := false
+			for _, c := range crd.Status.Conditions {
+				established = established || c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue
+			}
+			g.Expect(established).To(BeTrue())
+		}, 10*time.Second).Should(Succeed())
+		p := namespacedPolicy(ns, "widgets", waitStep("a", 0))
+		p.Spec.TargetRef = v1alpha1.TargetReference{APIVersion: "removed.teardown.dev/v1", Kind: "Widget"}
+		p.Spec.Selector = nil
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		expectReady(ctx, p, metav1.ConditionTrue)
+		w := &unstructured.Unstructured{}
+		w.SetAPIVersion("removed.teardown.dev/v1")
+		w.SetKind("Widget")
+		w.SetNamespace(ns)
+		w.SetName("w1")
+		Expect(k8s.Create(ctx, w)).To(Succeed())
+		Eventually(finalizers(ctx, w), 10*time.Second).Should(ConsistOf(finalizerOf(p)))
+
+		By("the CRD goes: its objects are torn down first, then the policy says the kind is not served")
+		Expect(k8s.Delete(ctx, crd)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(crd), &apiextensionsv1.CustomResourceDefinition{}))
+		}, 30*time.Second).Should(BeTrue())
+		Eventually(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+			cond := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
+			g.Expect(cond).NotTo(BeNil())
+			g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonKindNotServed))
+			g.Expect(cond.Message).To(ContainSubstring("no longer served"))
+		}, 30*time.Second).Should(Succeed())
+
+		By("the policy can be deleted")
+		Expect(k8s.Delete(ctx, p)).To(Succeed())
+		Eventually(gone(ctx, p), 15*time.Second).Should(BeTrue())
 	})
 
 	It("refuses, from the cluster's discovery, a namespaced lookup of Nodes and a Job with no namespace for Namespaces", func() {
