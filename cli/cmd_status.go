@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -21,30 +21,33 @@ type statusOptions struct {
 	allNamespaces bool
 	watch         bool
 	interval      time.Duration
+	policy        string
 }
 
 func (r *root) statusCommand() *cobra.Command {
 	o := &statusOptions{}
 	cmd := &cobra.Command{
-		Use:   "status [RUN | KIND/NAME]",
-		Short: "Show teardowns in flight, or one run as a tree",
+		Use:   "status [RUN | KIND/NAME | --policy KIND/NAME]",
+		Short: "Show teardowns in flight, one run or object as a tree, or a policy's runs",
 		Long: `With no argument: the runs in flight and the stuck ones (Failed and keeping their object), oldest
-first. With a run's name, or an object as KIND/NAME: the run as a tree of steps with phase,
-attempts, durations, message, outputs, and a job step's Job with the tail of its log.
--o wide never truncates; -o json|yaml prints the run, or a List of runs; --watch prints again on
-every change: for a run or an object until its runs finish, with no argument until interrupted.`,
+first. With a run's name: the run as a tree of steps with phase, attempts, durations, message,
+outputs, and a job step's Job with the tail of its log. With an object as KIND/NAME: the object
+(not being deleted, being deleted and held by which finalizers, or gone) and every kept run of it
+as a tree, also once the object is gone. With --policy: every kept run of the policy, newest first.
+Says so when the operator's lease shows that no replica is running.
+
+-o wide never truncates; -o json|yaml prints the run, or a List of runs. --watch prints again on
+every change, redrawing in place on a terminal: for a run until it finishes; for an object until
+its runs have finished and it is gone or they leave it in place, exiting 0 when every run
+succeeded and 1 otherwise; with no argument or --policy until interrupted.`,
 		Example: `  kubectl teardown status -A
-  kubectl teardown status manageddatabase/orders -n shop --watch`,
+  kubectl teardown status manageddatabase/orders -n shop --watch
+  kubectl teardown status --policy TeardownPolicy/database-dump-job -n shop`,
 		Args:              cobra.MaximumNArgs(1),
 		ValidArgsFunction: r.completeRuns,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch o.output {
-			case "", "wide", "json", "yaml":
-			default:
-				return usageError("--output %q: must be wide, json or yaml", o.output)
-			}
-			if o.interval <= 0 {
-				return usageError("--interval %s: must be positive", o.interval)
+			if err := o.validate(args); err != nil {
+				return err
 			}
 			if err := r.kube.connect(); err != nil {
 				return err
@@ -54,32 +57,77 @@ every change: for a run or an object until its runs finish, with no argument unt
 	}
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: wide, json or yaml")
 	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "runs of every namespace")
-	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "print again on every change, until the runs finish")
+	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "print again on every change, until the teardown ends")
 	cmd.Flags().DurationVar(&o.interval, "interval", 2*time.Second, "how often --watch looks")
+	cmd.Flags().StringVar(&o.policy, "policy", "", "the runs of one policy: TeardownPolicy/NAME (in -n), ClusterTeardownPolicy/NAME, or NAME")
+	_ = cmd.RegisterFlagCompletionFunc("policy", r.completePolicies)
 	return cmd
 }
 
-// status prints once, or with --watch each time what it would print changes.
+func (o *statusOptions) validate(args []string) error {
+	switch o.output {
+	case "", "wide", "json", "yaml":
+	default:
+		return usageError("--output %q: must be wide, json or yaml", o.output)
+	}
+	switch {
+	case o.interval <= 0:
+		return usageError("--interval %s: must be positive", o.interval)
+	case o.policy != "" && len(args) > 0:
+		return usageError("--policy lists a policy's runs: give no RUN or KIND/NAME with it")
+	case o.policy != "" && o.allNamespaces:
+		return usageError("--policy lists a policy's runs wherever they are: -A adds nothing")
+	}
+	return nil
+}
+
+// statusLook is what one look at the cluster found: one frame of status.
+type statusLook struct {
+	runs []v1alpha1.TeardownRun
+	// object is what was found of the object status KIND/NAME follows.
+	object   *objectLook
+	operator operatorState
+	// single: the look is of one run or object, whose only run JSON and YAML print alone.
+	single bool
+	// ended: --watch stops after this frame, returning outcome.
+	ended   bool
+	outcome error
+}
+
+// looker makes one look; each kind of status has its own.
+type looker func(ctx context.Context) (*statusLook, error)
+
+// status prints once or, with --watch, each time what it shows changes, until the teardown
+// ends or the user interrupts it.
 func (r *root) status(ctx context.Context, args []string, o *statusOptions) error {
-	last := ""
+	look, print, err := r.statusLooker(ctx, args, o)
+	if err != nil {
+		return err
+	}
+	screen := newFrames(r.streams.Out, o.output)
+	lastNote := ""
 	for {
-		runs, err := r.statusRuns(ctx, args, o)
+		l, err := look(ctx)
 		if err != nil {
 			return err
 		}
+		l.operator = r.kube.operator(ctx)
 		var b strings.Builder
-		if err := r.renderStatus(ctx, &b, runs, args, o); err != nil {
+		if err := r.renderStatus(ctx, &b, l, o, print); err != nil {
 			return err
 		}
-		if b.String() != last {
-			if last != "" {
-				fmt.Fprintln(r.streams.Out, "---")
+		screen.show(b.String())
+		if note := operatorNote(l); o.output == "json" || o.output == "yaml" {
+			if note != "" && note != lastNote {
+				fmt.Fprintln(r.streams.ErrOut, "note: "+note) // stdout stays one valid object or List
 			}
-			fmt.Fprint(r.streams.Out, b.String())
-			last = b.String()
+			lastNote = note
 		}
-		if !o.watch || len(args) > 0 && allFinished(runs) {
+		if !o.watch {
 			return nil
+		}
+		if l.ended {
+			return l.outcome
 		}
 		select {
 		case <-ctx.Done():
@@ -89,21 +137,86 @@ func (r *root) status(ctx context.Context, args []string, o *statusOptions) erro
 	}
 }
 
-func (r *root) statusRuns(ctx context.Context, args []string, o *statusOptions) ([]v1alpha1.TeardownRun, error) {
-	if len(args) == 1 {
-		return r.kube.findRuns(ctx, args[0])
+// statusLooker picks what status looks at, and how it prints in text.
+func (r *root) statusLooker(ctx context.Context, args []string, o *statusOptions) (looker, func(context.Context, io.Writer, *statusLook), error) {
+	wide := o.output == "wide"
+	switch {
+	case o.policy != "":
+		key, _, err := r.resolvePolicy(ctx, o.policy)
+		if err != nil {
+			return nil, nil, err
+		}
+		look := func(ctx context.Context) (*statusLook, error) {
+			runs, err := r.kube.runsOfPolicy(ctx, key)
+			return &statusLook{runs: runs}, err
+		}
+		return look, func(_ context.Context, w io.Writer, l *statusLook) { printPolicyRuns(w, key.String(), l.runs, wide) }, nil
+	case len(args) == 0:
+		look := func(ctx context.Context) (*statusLook, error) {
+			runs, err := r.runsInFlight(ctx, o.allNamespaces)
+			return &statusLook{runs: runs}, err
+		}
+		return look, func(_ context.Context, w io.Writer, l *statusLook) { printRunTable(w, l.runs, wide, o.allNamespaces) }, nil
+	case isRunArg(args[0]):
+		return r.runLooker(args[0]), r.printTrees(wide), nil
 	}
+	f, err := r.kube.resolveFollowed(args[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	look := func(ctx context.Context) (*statusLook, error) {
+		ol, err := f.look(ctx, r.kube)
+		if err != nil {
+			return nil, err
+		}
+		l := &statusLook{runs: ol.runs, object: ol, single: true, ended: ol.ended()}
+		if l.ended {
+			l.outcome = outcome(ol.runs)
+		}
+		return l, nil
+	}
+	trees := r.printTrees(wide)
+	return look, func(ctx context.Context, w io.Writer, l *statusLook) {
+		l.object.print(w, f, l.operator)
+		trees(ctx, w, l)
+	}, nil
+}
+
+// runLooker reads one run; its watch ends when the run has finished. A run deleted while it is
+// followed (retention) ends the watch with an error.
+func (r *root) runLooker(arg string) looker {
+	key := client.ObjectKey{Namespace: r.kube.namespace(), Name: runName(arg)}
+	seen := false
+	return func(ctx context.Context) (*statusLook, error) {
+		var run v1alpha1.TeardownRun
+		if err := r.kube.client.Get(ctx, key, &run); err != nil {
+			if seen && apierrors.IsNotFound(err) {
+				return nil, &ExitError{Code: ExitFindings, Err: fmt.Errorf("teardownrun %s was deleted while followed", key)}
+			}
+			return nil, apiError(err)
+		}
+		seen = true
+		l := &statusLook{runs: []v1alpha1.TeardownRun{run}, single: true, ended: run.Status.Phase.Finished()}
+		if l.ended {
+			l.outcome = outcome(l.runs)
+		}
+		return l, nil
+	}
+}
+
+// runsInFlight lists the runs in flight and the stuck ones, oldest first.
+func (r *root) runsInFlight(ctx context.Context, allNamespaces bool) ([]v1alpha1.TeardownRun, error) {
 	var list v1alpha1.TeardownRunList
 	var opts []client.ListOption
-	if !o.allNamespaces {
+	if !allNamespaces {
 		opts = append(opts, client.InNamespace(r.kube.namespace()))
 	}
 	if err := r.kube.client.List(ctx, &list, opts...); err != nil {
 		return nil, apiError(err)
 	}
-	var out []v1alpha1.TeardownRun
+	out := []v1alpha1.TeardownRun{}
 	for _, run := range list.Items {
-		if !run.Status.Phase.Finished() || run.Status.Phase == v1alpha1.RunFailed && !run.Status.Phase.Releases(run.Spec.Pipeline.FailurePolicy) {
+		if !run.Status.Phase.Finished() || keepsObject(run) && run.Status.Phase == v1alpha1.RunFailed {
 			out = append(out, run)
 		}
 	}
@@ -111,95 +224,33 @@ func (r *root) statusRuns(ctx context.Context, args []string, o *statusOptions) 
 	return out, nil
 }
 
-func (r *root) renderStatus(ctx context.Context, w io.Writer, runs []v1alpha1.TeardownRun, args []string, o *statusOptions) error {
+// printTrees prints each run of a look as a tree.
+func (r *root) printTrees(wide bool) func(context.Context, io.Writer, *statusLook) {
+	return func(ctx context.Context, w io.Writer, l *statusLook) {
+		for i := range l.runs {
+			r.printRunTree(ctx, w, &l.runs[i], wide)
+		}
+	}
+}
+
+// renderStatus writes one frame: the runs as data, or as text with what the operator's lease
+// says when it matters.
+func (r *root) renderStatus(ctx context.Context, w io.Writer, l *statusLook, o *statusOptions, print func(context.Context, io.Writer, *statusLook)) error {
 	if o.output == "json" || o.output == "yaml" {
+		runs := l.runs
 		for i := range runs {
 			runs[i].ManagedFields = nil
 			runs[i].SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TeardownRun"))
 		}
 		var v any = &v1alpha1.TeardownRunList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}, Items: runs}
-		if len(args) == 1 && len(runs) == 1 {
+		if l.single && len(runs) == 1 {
 			v = runs[0]
 		}
 		return r.printTo(w, v, o.output)
 	}
-	if len(args) == 0 {
-		printRunTable(w, runs, o.output == "wide", o.allNamespaces)
-		return nil
-	}
-	for i := range runs {
-		r.printRunTree(ctx, w, &runs[i], o.output == "wide")
+	print(ctx, w, l)
+	if note := operatorNote(l); note != "" {
+		fmt.Fprintln(w, note)
 	}
 	return nil
-}
-
-func allFinished(runs []v1alpha1.TeardownRun) bool {
-	for _, run := range runs {
-		if !run.Status.Phase.Finished() {
-			return false
-		}
-	}
-	return true
-}
-
-func printRunTable(w io.Writer, runs []v1alpha1.TeardownRun, wide, allNamespaces bool) {
-	if len(runs) == 0 {
-		fmt.Fprintln(w, "No teardown in flight or stuck.")
-		return
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	if allNamespaces {
-		fmt.Fprint(tw, "NAMESPACE\t")
-	}
-	fmt.Fprintln(tw, "NAME\tTARGET\tPOLICY\tPHASE\tSTEP\tAGE\tMESSAGE")
-	for i := range runs {
-		run := &runs[i]
-		if allNamespaces {
-			fmt.Fprintf(tw, "%s\t", run.Namespace)
-		}
-		msg := run.Status.Message
-		if !wide {
-			msg = truncate(firstLineOf(msg), tableMessage)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", run.Name, targetOf(run), policyOf(run), phaseOf(run),
-			run.Status.CurrentStep, age(time.Since(run.CreationTimestamp.Time)), msg)
-	}
-	_ = tw.Flush()
-}
-
-func targetOf(run *v1alpha1.TeardownRun) string {
-	t := run.Spec.Target
-	if t.Namespace != "" {
-		return fmt.Sprintf("%s %s/%s", t.Kind, t.Namespace, t.Name)
-	}
-	return t.Kind + " " + t.Name
-}
-
-func policyOf(run *v1alpha1.TeardownRun) string {
-	p := run.Spec.PolicyRef
-	return policyKeyString(p.Kind, p.Namespace, p.Name)
-}
-
-func phaseOf(run *v1alpha1.TeardownRun) string {
-	if run.Status.Phase == "" {
-		return "Pending"
-	}
-	return string(run.Status.Phase)
-}
-
-// Widths of messages in output that is not wide.
-const (
-	tableMessage = 60
-	runMessage   = 200
-	stepMessage  = 160
-	outputValue  = 120
-)
-
-// truncate cuts s to n runes at most, marking the cut.
-func truncate(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-3]) + "..."
 }

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 
-	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -119,41 +117,4 @@ func (r *root) print(v any, output string, text func(io.Writer)) error {
 	}
 	text(r.streams.Out)
 	return nil
-}
-
-// completeTargets completes KIND/NAME: the kinds policies target, then objects of the kind.
-func (r *root) completeTargets(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-	if len(args) > 0 || r.kube.connect() != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	ctx := cmd.Context()
-	kind, prefix, found := strings.Cut(toComplete, "/")
-	views, err := r.kube.policies(ctx, r.kube.namespace())
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveError
-	}
-	var out []string
-	for _, v := range views {
-		gv, _ := schema.ParseGroupVersion(v.Spec.TargetRef.APIVersion)
-		gvk := gv.WithKind(v.Spec.TargetRef.Kind)
-		name := strings.ToLower(gvk.Kind)
-		if !found {
-			out = append(out, name+"/")
-			continue
-		}
-		if !strings.EqualFold(kind, name) {
-			continue
-		}
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		if err := r.kube.client.List(ctx, list, client.InNamespace(r.kube.namespace())); err != nil {
-			continue
-		}
-		for _, it := range list.Items {
-			if strings.HasPrefix(it.GetName(), prefix) {
-				out = append(out, name+"/"+it.GetName())
-			}
-		}
-	}
-	return out, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
 }

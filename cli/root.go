@@ -71,8 +71,8 @@ Offline (no cluster), for GitOps CI:
 
 Against a cluster:
   plan     show what deleting an object would run, now, without running it
-  status   show runs in flight, or one run as a tree
-  retry    resume a Failed run from its failed step
+  status   show runs in flight, one run or object followed to its end, a policy's runs
+  retry    resume a Failed run from its failed step, and follow it
   abandon  break glass: release an object without finishing its teardown
   drain    release every teardown finalizer (before uninstalling the operator)
   kinds    dump the cluster's kinds for lint --kinds`,

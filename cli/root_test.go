@@ -60,6 +60,9 @@ func TestExitCodes(t *testing.T) {
 		{"no tests", []string{"test", write(t, "p.yaml", cleanPolicy)}, cli.ExitUsage, "no TeardownTest"},
 		{"abandon without reason", []string{"abandon", "configmap/x"}, cli.ExitUsage, "--reason is required"},
 		{"drain without scope", []string{"drain"}, cli.ExitUsage, "exactly one of --policy"},
+		{"status --policy with an object", []string{"status", "--policy", "TeardownPolicy/p", "configmap/x"}, cli.ExitUsage, "give no RUN or KIND/NAME with it"},
+		{"status --policy with -A", []string{"status", "--policy", "TeardownPolicy/p", "-A"}, cli.ExitUsage, "-A adds nothing"},
+		{"retry with no timeout", []string{"retry", "configmap/x", "--timeout", "0s"}, cli.ExitUsage, "--timeout 0s: must be positive"},
 		{"version", []string{"version"}, cli.ExitOK, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -131,25 +130,4 @@ func (r *root) printTo(w io.Writer, v any, output string) error {
 
 func policyKeyString(kind, ns, name string) string {
 	return policy.Key{Kind: kind, Namespace: ns, Name: name}.String()
-}
-
-// completeRuns completes run names in the namespace.
-func (r *root) completeRuns(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
-	if len(args) > 0 || r.kube.connect() != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	if strings.Contains(toComplete, "/") {
-		return r.completeTargets(cmd, args, toComplete)
-	}
-	var runs v1alpha1.TeardownRunList
-	if err := r.kube.client.List(cmd.Context(), &runs, client.InNamespace(r.kube.namespace())); err != nil {
-		return nil, cobra.ShellCompDirectiveError
-	}
-	var out []string
-	for _, run := range runs.Items {
-		if strings.HasPrefix(run.Name, toComplete) {
-			out = append(out, run.Name)
-		}
-	}
-	return out, cobra.ShellCompDirectiveNoFileComp
 }

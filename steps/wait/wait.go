@@ -6,6 +6,9 @@ package wait
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -127,6 +130,7 @@ func (a *action) Execute(ctx context.Context, in *steps.Input) steps.Result {
 		vars[k] = v
 	}
 	var watch []steps.WatchTarget
+	var found []string
 	for _, l := range a.lookups {
 		items, wt, err := a.resolve(ctx, in, l)
 		if err != nil {
@@ -134,22 +138,56 @@ func (a *action) Execute(ctx context.Context, in *steps.Input) steps.Result {
 		}
 		vars[l.Name] = items
 		watch = append(watch, wt)
+		found = append(found, describeFound(l.Name, items, wt.Namespace))
 	}
 	ok, err := a.until.EvalBool(ctx, vars)
+	var r steps.Result
+	sep := ": "
 	switch {
 	case err != nil:
 		// Objects change during a teardown (a field appears, a child goes): an evaluation error
 		// is reported and checked again, bounded by the step timeout.
-		r := steps.Waiting(a.interval, "until: %v", err)
-		r.Watch = watch
-		return r
+		r, sep = steps.Waiting(a.interval, "until: %v", err), "; "
 	case ok:
 		return steps.Done("condition met: %s", a.until)
 	default:
-		r := steps.Waiting(a.interval, "waiting for %s", a.until)
-		r.Watch = watch
-		return r
+		r = steps.Waiting(a.interval, "waiting for %s", a.until)
 	}
+	// What the lookups found is what the step waits on: the status says it, and so does the
+	// failure of a step that times out (the engine quotes the last message).
+	if len(found) > 0 {
+		r.Message += sep + strings.Join(found, "; ")
+	}
+	r.Watch = watch
+	return r
+}
+
+// foundNamesShown bounds the names a waiting step's message lists per lookup: enough to tell
+// which objects hold the step up, short enough for one line of status (the count says how many
+// there are in all).
+const foundNamesShown = 3
+
+// describeFound says what a lookup found, as "pods: 2 (db-0, db-1)". Names are sorted, so the
+// message changes only when what was found does (a run's status is written when it changes). In
+// a lookup of one namespace (namespace set) names are bare; otherwise namespace/name.
+func describeFound(lookupName string, items []any, namespace string) string {
+	if len(items) == 0 {
+		return lookupName + ": 0"
+	}
+	names := make([]string, 0, len(items))
+	for _, it := range items {
+		n := nameOf(it)
+		if namespace != "" {
+			n = strings.TrimPrefix(n, namespace+"/")
+		}
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	shown := strings.Join(names[:min(len(names), foundNamesShown)], ", ")
+	if more := len(names) - foundNamesShown; more > 0 {
+		shown += fmt.Sprintf(" and %d more", more)
+	}
+	return fmt.Sprintf("%s: %d (%s)", lookupName, len(items), shown)
 }
 
 // resolve lists a lookup's objects for the run's target.

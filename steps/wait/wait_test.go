@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -338,8 +339,8 @@ func TestExecuteUntil(t *testing.T) {
 		{
 			name:  "condition false",
 			wait:  v1alpha1.WaitStep{Until: "size(pods) == 0", Lookups: []v1alpha1.Lookup{podsByApp}},
-			items: map[schema.GroupVersionKind][]any{podGVK: {pod("db-0", "Running"), pod("db-1", "Running")}},
-			want: steps.Result{Outcome: steps.InProgress, CheckAfter: wait.DefaultInterval, Message: "waiting for size(pods) == 0",
+			items: map[schema.GroupVersionKind][]any{podGVK: {pod("db-1", "Running"), pod("db-0", "Running")}},
+			want: steps.Result{Outcome: steps.InProgress, CheckAfter: wait.DefaultInterval, Message: "waiting for size(pods) == 0: pods: 2 (db-0, db-1)",
 				Watch: []steps.WatchTarget{{GVK: podGVK, Namespace: "prod"}}},
 			wantCalls: []listCall{{podGVK, "prod", "app=db", wait.MaxLookupItems}},
 		},
@@ -348,7 +349,7 @@ func TestExecuteUntil(t *testing.T) {
 			wait: v1alpha1.WaitStep{Until: "pods.all(p, p.status.phase == 'Succeeded')", Interval: dur(15 * time.Second),
 				Lookups: []v1alpha1.Lookup{podsByApp}},
 			items: map[schema.GroupVersionKind][]any{podGVK: {pod("db-0", "Succeeded"), pod("db-1", "Running")}},
-			want: steps.Result{Outcome: steps.InProgress, CheckAfter: 15 * time.Second, Message: "waiting for pods.all(p, p.status.phase == 'Succeeded')",
+			want: steps.Result{Outcome: steps.InProgress, CheckAfter: 15 * time.Second, Message: "waiting for pods.all(p, p.status.phase == 'Succeeded'): pods: 2 (db-0, db-1)",
 				Watch: []steps.WatchTarget{{GVK: podGVK, Namespace: "prod"}}},
 			wantCalls: []listCall{{podGVK, "prod", "app=db", wait.MaxLookupItems}},
 		},
@@ -390,7 +391,7 @@ func TestExecuteUntil(t *testing.T) {
 			wait: v1alpha1.WaitStep{Until: "size(pods) == 0", Lookups: []v1alpha1.Lookup{{
 				Name: "pods", APIVersion: "v1", Kind: "Pod", Namespace: "${object.metadata.labels.team}-jobs"}}},
 			items: map[schema.GroupVersionKind][]any{podGVK: {pod("j", "Running")}},
-			want: steps.Result{Outcome: steps.InProgress, CheckAfter: wait.DefaultInterval, Message: "waiting for size(pods) == 0",
+			want: steps.Result{Outcome: steps.InProgress, CheckAfter: wait.DefaultInterval, Message: "waiting for size(pods) == 0: pods: 1 (j)",
 				Watch: []steps.WatchTarget{{GVK: podGVK, Namespace: "data-jobs"}}},
 			wantCalls: []listCall{{podGVK, "data-jobs", "", wait.MaxLookupItems}},
 		},
@@ -431,7 +432,7 @@ func TestExecuteUntil(t *testing.T) {
 				Name: "nss", APIVersion: "v1", Kind: "Namespace", Namespace: "ignored",
 				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"owner": "${object.metadata.name}"}}}}},
 			items: map[schema.GroupVersionKind][]any{namespaceGVK: {map[string]any{"metadata": map[string]any{"name": "db-ns"}}}},
-			want: steps.Result{Outcome: steps.InProgress, CheckAfter: wait.DefaultInterval, Message: "waiting for size(nss) == 0",
+			want: steps.Result{Outcome: steps.InProgress, CheckAfter: wait.DefaultInterval, Message: "waiting for size(nss) == 0: nss: 1 (db-ns)",
 				Watch: []steps.WatchTarget{{GVK: namespaceGVK}}},
 			wantCalls: []listCall{{namespaceGVK, "", "owner=db", wait.MaxLookupItems}},
 		},
@@ -441,8 +442,8 @@ func TestExecuteUntil(t *testing.T) {
 				podsByApp,
 				{Name: "deploys", APIVersion: "apps/v1", Kind: "Deployment", Namespace: "other"},
 			}},
-			items: map[schema.GroupVersionKind][]any{deployGVK: {map[string]any{}}},
-			want: steps.Result{Outcome: steps.InProgress, CheckAfter: wait.DefaultInterval, Message: "waiting for size(pods) + size(deploys) == 0",
+			items: map[schema.GroupVersionKind][]any{deployGVK: {map[string]any{"metadata": map[string]any{"name": "web", "namespace": "other"}}}},
+			want: steps.Result{Outcome: steps.InProgress, CheckAfter: wait.DefaultInterval, Message: "waiting for size(pods) + size(deploys) == 0: pods: 0; deploys: 1 (web)",
 				Watch: []steps.WatchTarget{{GVK: podGVK, Namespace: "prod"}, {GVK: deployGVK, Namespace: "other"}}},
 			wantCalls: []listCall{
 				{podGVK, "prod", "app=db", wait.MaxLookupItems},
@@ -507,7 +508,7 @@ func TestExecuteUntil(t *testing.T) {
 			wait:  v1alpha1.WaitStep{Until: "pods.all(p, p.status.ready)", Lookups: []v1alpha1.Lookup{podsByApp}},
 			items: map[schema.GroupVersionKind][]any{podGVK: {pod("db-0", "Running")}},
 			want: steps.Result{Outcome: steps.InProgress, CheckAfter: wait.DefaultInterval,
-				Message: `until: evaluating "pods.all(p, p.status.ready)": no such key: ready`,
+				Message: `until: evaluating "pods.all(p, p.status.ready)": no such key: ready; pods: 1 (db-0)`,
 				Watch:   []steps.WatchTarget{{GVK: podGVK, Namespace: "prod"}}},
 			wantCalls: []listCall{{podGVK, "prod", "app=db", wait.MaxLookupItems}},
 		},
@@ -551,5 +552,49 @@ func TestExecuteUntilRelists(t *testing.T) {
 	}
 	if len(lister.calls) != 2 {
 		t.Errorf("List called %d times, want 2", len(lister.calls))
+	}
+}
+
+// A waiting step says what its lookups found, a few names at most: the status of a run in
+// flight shows what holds it up, and a step that times out quotes it in its failure.
+func TestExecuteUntilSaysWhatItFound(t *testing.T) {
+	named := func(ns, name string) any {
+		return map[string]any{"metadata": map[string]any{"name": name, "namespace": ns}}
+	}
+	tests := map[string]struct {
+		lookup v1alpha1.Lookup
+		items  []any
+		// clusterTarget: the run's target is cluster-scoped, so a lookup naming no namespace
+		// lists every namespace.
+		clusterTarget bool
+		want          string
+	}{
+		"nothing found": {podLookup("pods"), nil, false, "waiting for size(pods) > 0: pods: 0"},
+		"names sorted, in the lookup's namespace": {podLookup("pods"),
+			[]any{named("prod", "db-2"), named("prod", "db-0"), named("prod", "db-1")}, false,
+			"waiting for size(pods) > 0: pods: 3 (db-0, db-1, db-2)"},
+		"a few names, then how many more": {podLookup("pods"),
+			[]any{named("prod", "e"), named("prod", "d"), named("prod", "c"), named("prod", "b"), named("prod", "a")}, false,
+			"waiting for size(pods) > 0: pods: 5 (a, b, c and 2 more)"},
+		"every namespace: namespace/name": {podLookup("pods"), []any{named("b", "x"), named("a", "y")}, true,
+			"waiting for size(pods) > 0: pods: 2 (a/y, b/x)"},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			lister := newLister()
+			lister.items[podGVK] = tt.items
+			// size(pods) > 0 with what is found, or false, so that the step waits either way.
+			until := "size(pods) > 0 && size(pods) > 99"
+			a := compile(t, lister, v1alpha1.WaitStep{Until: until, Lookups: []v1alpha1.Lookup{tt.lookup}})
+			in := untilInput("")
+			if tt.clusterTarget {
+				in.Run.Spec.Target.Namespace = ""
+			}
+			got := a.Execute(context.Background(), in)
+			want := strings.Replace(tt.want, "size(pods) > 0", until, 1)
+			if got.Outcome != steps.InProgress || got.Message != want {
+				t.Errorf("Execute = %v %q, want InProgress %q", got.Outcome, got.Message, want)
+			}
+		})
 	}
 }

@@ -222,7 +222,7 @@ func parentWaitsForChildren(ctx SpecContext) {
 	Expect(k8s.Delete(ctx, parent)).To(Succeed())
 	Eventually(stepPhase(ctx, parent, "wait-for-children"), 10*time.Second).Should(Equal(v1alpha1.StepRunning))
 	Consistently(gone(ctx, parent), 2*time.Second).Should(BeFalse(), "the parent went while its child exists")
-	Expect(stepOf(ctx, parent, "wait-for-children").Message).To(Equal("waiting for size(children) == 0"))
+	Expect(stepOf(ctx, parent, "wait-for-children").Message).To(Equal("waiting for size(children) == 0: children: 1 (app-child)"))
 
 	By("deleting the child (the child of another parent does not count)")
 	Expect(k8s.Delete(ctx, child)).To(Succeed())
