@@ -15,8 +15,11 @@ RUN go mod download
 COPY . .
 ARG TARGETOS=linux
 ARG TARGETARCH
+# The release, as make image stamps it: the chart's appVersion (docker build --build-arg VERSION=...).
+ARG VERSION=0.1.0
 RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w" -o /out/teardown-operator ./cmd/teardown-operator && \
-    CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w" -o /out/kubectl-teardown ./cmd/kubectl-teardown
+    CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} go build -trimpath \
+      -ldflags "-s -w -X github.com/teardown-dev/teardown-operator/cli.Version=${VERSION}" -o /out/kubectl-teardown ./cmd/kubectl-teardown
 
 FROM gcr.io/distroless/static:nonroot
 LABEL org.opencontainers.image.source="https://github.com/teardown-dev/teardown-operator" \

@@ -39,7 +39,7 @@ build: ## Build the operator into bin/, as the image does (static, no symbol tab
 
 .PHONY: plugin
 plugin: ## Build the kubectl plugin, kubectl-teardown, and its completion helper into bin/ (put bin/ on PATH: kubectl teardown).
-	$(GO) build -o $(BIN)/kubectl-teardown ./cmd/kubectl-teardown
+	$(GO) build -ldflags "-X github.com/teardown-dev/teardown-operator/cli.Version=$(APP_VERSION)" -o $(BIN)/kubectl-teardown ./cmd/kubectl-teardown
 	install -m 0755 plugins/kubectl_complete-teardown $(BIN)/kubectl_complete-teardown
 
 .PHONY: plugin-archives
@@ -126,7 +126,7 @@ lint: $(STATICCHECK) ## gofmt, go vet and staticcheck.
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no API server).
-	$(GO) test ./api/... ./internal/... ./engine/... ./steps/... ./cli/... ./cmd/...
+	$(GO) test ./api/... ./internal/... ./engine/... ./steps/... ./cli/... ./cmd/... ./test/docs/...
 
 .PHONY: test-integration
 test-integration: control-plane $(GINKGO) ## Integration suites against a real API server (envtest).

@@ -191,10 +191,7 @@ func (r *root) waitDeleted(ctx context.Context, t *target, restarts map[string]v
 	for i := range runs {
 		fmt.Fprintf(out, "teardownrun %s/%s is %s\n", runs[i].Namespace, runs[i].Name, phaseOf(&runs[i]))
 	}
-	arg := strings.ToLower(t.GVK.Kind) + "/" + obj.GetName()
-	if obj.GetNamespace() != "" {
-		arg += " -n " + obj.GetNamespace()
-	}
+	arg := withNamespace(strings.ToLower(t.GVK.Kind)+"/"+obj.GetName(), obj.GetNamespace())
 	switch {
 	case gone:
 		fmt.Fprintf(out, "%s deleted\n", describeObject(t.GVK.Kind, obj))

@@ -183,10 +183,10 @@ func (l *objectLook) print(w io.Writer, f *followed, op operatorState) {
 		fins := teardownFinalizers(obj.Finalizers)
 		switch {
 		case len(fins) == 0:
-			fmt.Fprintf(w, "  not protected: no teardown finalizer on it (kubectl teardown plan %s says why)\n", f.arg)
+			fmt.Fprintf(w, "  not protected: no teardown finalizer on it (kubectl teardown plan %s says why)\n", withNamespace(f.arg, f.namespace))
 		case len(l.runs) == 0:
 			fmt.Fprintf(w, "  protected by  %s\n  no teardown run yet: runs start when it is deleted (kubectl teardown plan %s shows what would run)\n",
-				strings.Join(fins, ", "), f.arg)
+				strings.Join(fins, ", "), withNamespace(f.arg, f.namespace))
 		default:
 			fmt.Fprintf(w, "  protected by  %s\n", strings.Join(fins, ", "))
 		}

@@ -47,8 +47,9 @@ func usageError(format string, args ...any) error {
 // findings ends a command that printed its findings with ExitFindings, printing nothing more.
 var findings = &ExitError{Code: ExitFindings}
 
-// Version is the plugin's version, set at build time (-ldflags -X).
-var Version = "dev"
+// Version is the plugin's version, set at build time (-ldflags -X, as make plugin, make image and
+// the release archives do). Unset, the module version Go recorded is used (go install ...@v0.1.0).
+var Version = ""
 
 // root is what every command shares: the streams and the kubeconfig flags.
 type root struct {
@@ -140,7 +141,7 @@ func (r *root) versionCommand() *cobra.Command {
 		Use:   "version",
 		Short: "Print the plugin's version",
 		Args:  exactArgs(0, "no arguments"),
-		Run:   func(*cobra.Command, []string) { fmt.Fprintln(r.streams.Out, "kubectl-teardown "+Version) },
+		Run:   func(*cobra.Command, []string) { fmt.Fprintln(r.streams.Out, "kubectl-teardown "+version(Version)) },
 	}
 }
 

@@ -39,11 +39,20 @@ func (k *kube) findRuns(ctx context.Context, arg string) ([]v1alpha1.TeardownRun
 	if len(runs) == 0 {
 		if ts := t.Object.GetDeletionTimestamp(); ts != nil {
 			return nil, usageError("%s is being deleted since %s and no TeardownRun has started for it yet (kubectl teardown status %s says why)",
-				arg, ts.UTC().Format(time.RFC3339), arg)
+				arg, ts.UTC().Format(time.RFC3339), withNamespace(arg, t.Object.GetNamespace()))
 		}
-		return nil, usageError("%s has no TeardownRun: runs start when a protected object is deleted (see kubectl teardown plan %s)", arg, arg)
+		return nil, usageError("%s has no TeardownRun: runs start when a protected object is deleted (see kubectl teardown plan %s)", arg, withNamespace(arg, t.Object.GetNamespace()))
 	}
 	return runs, nil
+}
+
+// withNamespace is a KIND/NAME argument as a hint repeats it, with -n for a namespaced object, so
+// that the hint works as printed whatever the user's current namespace.
+func withNamespace(arg, namespace string) string {
+	if namespace == "" {
+		return arg
+	}
+	return arg + " -n " + namespace
 }
 
 // isRunArg tells a run's name (NAME, teardownrun/NAME) from an object's KIND/NAME.

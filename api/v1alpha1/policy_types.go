@@ -272,9 +272,11 @@ type TeardownPolicySpec struct {
 	// runHistory says which deletions leave a TeardownRun behind. Always (the default) records
 	// every deletion. OnFailure records every pipeline that fails, is abandoned, or does not
 	// finish in its first pass (anything that waits, retries or runs a Job); a pipeline that
-	// finishes at once releases its object with one event on it and no run, which makes a
-	// teardown about twice as cheap for the API server. Either way a crash repeats at most the
-	// steps of one pass, with the same Idempotency-Key.
+	// succeeds at once releases its object with no run and no event on the object: the policy's
+	// one TeardownSucceeded event series counts such teardowns, and the operator logs each. Such a
+	// teardown costs the API server one write, the release, where Always costs three (the run, its
+	// event and the release; docs/benchmarks.md). Either way a crash repeats at most the steps of
+	// one pass, with the same Idempotency-Key.
 	// +optional
 	// +kubebuilder:default=Always
 	RunHistory RunHistory `json:"runHistory,omitempty"`

@@ -124,6 +124,7 @@ func run() error {
 // newManager builds the manager with the engine, its step kinds and the health checks.
 func newManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o *options, httpOpts httpstep.Options) (ctrl.Manager, *engine.Engine, error) {
 	mo := ctrl.Options{
+		Logger:                 releasedLeaseLogger(ctx, ctrl.Log),
 		Scheme:                 scheme,
 		Cache:                  engine.CacheOptions(builtin.CacheOptions()),
 		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},

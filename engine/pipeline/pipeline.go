@@ -274,11 +274,11 @@ func (p *pass) finish(phase v1alpha1.RunPhase, msg string) {
 	case release:
 		p.note(true, v1alpha1.ReasonFailed, "Teardown failed (%s); failurePolicy Release: %s", msg, p.released())
 	case p.twoPhase():
-		p.note(true, v1alpha1.ReasonFailed, "Teardown failed (%s); the object stays as it was, not deleted: fix the cause and annotate run %s with %s to resume at the failed step, or remove annotation %s from the object to withdraw the request",
-			msg, p.run.Name, v1alpha1.AnnotationRetry, v1alpha1.AnnotationDeleteRequested)
+		p.note(true, v1alpha1.ReasonFailed, "Teardown failed (%s); the object stays as it was, not deleted: fix the cause and resume at the failed step (kubectl teardown retry %s -n %s, or annotate the run %s), or remove annotation %s from the object to withdraw the request",
+			msg, p.run.Name, p.run.Namespace, v1alpha1.AnnotationRetry, v1alpha1.AnnotationDeleteRequested)
 	default:
-		p.note(true, v1alpha1.ReasonFailed, "Teardown failed (%s); failurePolicy Retain keeps the object: fix the cause and annotate run %s with %s to resume at the failed step, or set annotation %s on the object to release it without the rest of the cleanup",
-			msg, p.run.Name, v1alpha1.AnnotationRetry, v1alpha1.AnnotationAbandon)
+		p.note(true, v1alpha1.ReasonFailed, "Teardown failed (%s); failurePolicy Retain keeps the object: fix the cause and resume at the failed step (kubectl teardown retry %s -n %s, or annotate the run %s), or set annotation %s on the object to release it without the rest of the cleanup",
+			msg, p.run.Name, p.run.Namespace, v1alpha1.AnnotationRetry, v1alpha1.AnnotationAbandon)
 	}
 	if st.StartTime != nil && observe {
 		p.observe(Observation{Metric: PipelineDuration, Phase: string(phase), Since: st.StartTime.Time})

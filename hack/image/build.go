@@ -30,14 +30,14 @@ const (
 
 // buildBinaries cross-compiles every command for p into dir, static (CGO_ENABLED=0), and returns
 // their paths by name.
-func buildBinaries(ctx context.Context, dir string, p v1.Platform) (map[string]string, error) {
+func buildBinaries(ctx context.Context, dir string, p v1.Platform, version string) (map[string]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
 	bins := make(map[string]string, len(commands))
 	for _, c := range commands {
 		out := filepath.Join(dir, c.name)
-		if err := goBuild(ctx, c.pkg, out, p); err != nil {
+		if err := goBuild(ctx, c.pkg, out, p, version); err != nil {
 			return nil, err
 		}
 		bins[c.name] = out
@@ -45,9 +45,11 @@ func buildBinaries(ctx context.Context, dir string, p v1.Platform) (map[string]s
 	return bins, nil
 }
 
-// goBuild runs go build of pkg for p, stripped and without file system paths, into out.
-func goBuild(ctx context.Context, pkg, out string, p v1.Platform) error {
-	cmd := exec.CommandContext(ctx, goCommand(), "build", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
+// goBuild runs go build of pkg for p, stripped and without file system paths, into out, with
+// the plugin's version stamped (kubectl-teardown version).
+func goBuild(ctx context.Context, pkg, out string, p v1.Platform, version string) error {
+	ldflags := "-s -w -X github.com/teardown-dev/teardown-operator/cli.Version=" + version
+	cmd := exec.CommandContext(ctx, goCommand(), "build", "-trimpath", "-ldflags", ldflags, "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture)
 	if p.Architecture == "arm" && p.Variant != "" {
 		cmd.Env = append(cmd.Env, "GOARM="+strings.TrimPrefix(p.Variant, "v"))

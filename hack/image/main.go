@@ -117,7 +117,7 @@ func run(ctx context.Context) error {
 
 // buildImage compiles the binaries for p into dir and assembles the image of p.
 func buildImage(ctx context.Context, dir string, p v1.Platform, labels map[string]string, created time.Time) (v1.Image, error) {
-	bins, err := buildBinaries(ctx, dir, p)
+	bins, err := buildBinaries(ctx, dir, p, labels["org.opencontainers.image.version"])
 	if err != nil {
 		return nil, err
 	}

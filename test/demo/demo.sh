@@ -233,6 +233,7 @@ while :; do
       echo
       note "The run as kubectl teardown status shows it, while its Job runs:"
       show "$BIN_DIR/kubectl" teardown status "configmap/$TARGET" -n "$NS" | sed 's/^/    /'
+      note "(kwok simulates the Job's pod: no container runs, so there is no log to show; on a real node the tree ends with the last lines of the pod's log)"
       echo
     fi
   fi

@@ -329,6 +329,19 @@ func TestBinariesRun(t *testing.T) {
 	}
 }
 
+// TestPluginVersion: the plugin in the image says the image's version, the chart's appVersion it
+// is tagged with. Issue: it said "dev".
+func TestPluginVersion(t *testing.T) {
+	out, err := exec.Command(extract(t, "kubectl-teardown"), "version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl-teardown version: %v\n%s", err, out)
+	}
+	_, version, _ := strings.Cut(releaseTag(t), ":")
+	if want := "kubectl-teardown " + version + "\n"; string(out) != want {
+		t.Errorf("kubectl-teardown version printed %q, want %q", out, want)
+	}
+}
+
 // TestFallbackRoots checks what `go version -m BINARY` prints, read with debug/buildinfo as that
 // command does: each binary links golang.org/x/crypto/x509roots/fallback, so https finds CA roots
 // on the empty base, which has no CA bundle; and it was built static and trimmed (-trimpath

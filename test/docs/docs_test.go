@@ -1,0 +1,108 @@
+// Package docs checks claims of README.md and docs/ against the code and the files they describe,
+// where a claim can be checked without a cluster: a claim that goes stale here fails the build
+// instead of misleading a new user.
+package docs
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// root is the repository, from this package's directory.
+var root = filepath.Join("..", "..")
+
+func read(t *testing.T, path string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(root, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(raw)
+}
+
+// TestRunHistoryExplained: kubectl explain teardownpolicy.spec.runHistory says where the event of
+// a teardown recorded without a run goes (the policy) and what it costs, as operating.md does.
+// Issue: it put the event on the object and called it "about twice as cheap".
+func TestRunHistoryExplained(t *testing.T) {
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal([]byte(read(t, "config/crd/bases/teardown.dev_teardownpolicies.yaml")), crd); err != nil {
+		t.Fatal(err)
+	}
+	desc := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["runHistory"].Description
+	for _, want := range []string{"no event on the object", "TeardownSucceeded event series", "one write", "Always costs three"} {
+		if !strings.Contains(desc, want) {
+			t.Errorf("spec.runHistory's description lacks %q:\n%s", want, desc)
+		}
+	}
+	if op := strings.Join(strings.Fields(read(t, "docs/operating.md")), " "); !strings.Contains(op, "costs one API write, the release, where `Always` costs three") {
+		t.Errorf("docs/operating.md no longer states the cost spec.runHistory's description quotes")
+	}
+}
+
+// TestCorpusCounts: development.md counts the lint corpus as it is.
+func TestCorpusCounts(t *testing.T) {
+	m := regexp.MustCompile(`(\d+) broken and (\d+) valid policies`).FindStringSubmatch(read(t, "docs/development.md"))
+	if m == nil {
+		t.Fatal("docs/development.md does not count the lint corpus")
+	}
+	for i, dir := range []string{"broken", "valid"} {
+		files, _ := filepath.Glob(filepath.Join(root, "cli/lint/testdata/corpus", dir, "*.yaml"))
+		if n, _ := strconv.Atoi(m[i+1]); n != len(files) {
+			t.Errorf("docs/development.md says %d %s policies; cli/lint/testdata/corpus/%s holds %d", n, dir, dir, len(files))
+		}
+	}
+}
+
+// TestReadmeNeedsNoUninstalledTool: README's install commands run with what the README says is
+// needed (kubectl's built-in kustomize, not the kustomize binary, which nothing installs).
+func TestReadmeNeedsNoUninstalledTool(t *testing.T) {
+	for _, f := range []string{"README.md", "docs/operating.md", "config/manager/kustomization.yaml"} {
+		if strings.Contains(read(t, f), "kustomize edit") {
+			t.Errorf("%s tells users to run kustomize edit; nothing installs the kustomize binary", f)
+		}
+	}
+}
+
+// TestClusterVersionNote: test/cluster/README.md says what kubectl version prints, given how
+// build-control-plane.sh links the binaries.
+func TestClusterVersionNote(t *testing.T) {
+	stamps := strings.Contains(read(t, "test/cluster/build-control-plane.sh"), ".gitVersion=$KUBE_VERSION")
+	note := read(t, "test/cluster/README.md")
+	if stamps && strings.Contains(note, "kubectl version` against this cluster errors") {
+		t.Error("test/cluster/README.md says kubectl version fails, but build-control-plane.sh stamps the version")
+	}
+	if stamps && !strings.Contains(note, "reports `v1.36.3`") {
+		t.Error("test/cluster/README.md does not say the version kubectl version reports")
+	}
+}
+
+// TestDemoKeepDocumented: the demo's DEMO_KEEP is documented where users look, not only in the
+// script's header.
+func TestDemoKeepDocumented(t *testing.T) {
+	for _, f := range []string{"README.md", "docs/development.md"} {
+		if !strings.Contains(read(t, f), "DEMO_KEEP=1 make demo") {
+			t.Errorf("%s does not document DEMO_KEEP", f)
+		}
+	}
+}
+
+// TestProtectionWindowStated: where README promises a finalizer on every matching object, it says
+// that objects created while no replica runs are not protected until it is back.
+func TestProtectionWindowStated(t *testing.T) {
+	readme := read(t, "README.md")
+	promise := strings.Index(readme, "puts a finalizer on every matching object")
+	window := strings.Index(readme, "created while no replica runs")
+	if promise < 0 || window < 0 || window-promise > 1200 {
+		t.Error("README.md promises a finalizer on every matching object without saying, next to it, that objects created while the operator is down get none until it is back")
+	}
+	if !strings.Contains(read(t, "docs/operating.md"), "an object created and deleted in that window is deleted without its\n  teardown") {
+		t.Error("docs/operating.md's known limits do not state the window")
+	}
+}
