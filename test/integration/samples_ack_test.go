@@ -158,7 +158,7 @@ var _ = Describe("Sample ack-bucket-two-phase", Ordered, func() {
 
 		By("a plain delete is refused, saying how to request it")
 		Eventually(func() error { return k8s.Delete(ctx, b, client.DryRunAll) }, 10*time.Second).
-			Should(MatchError(ContainSubstring("kubectl teardown delete bucket.s3.services.k8s.aws/assets --reason")))
+			Should(MatchError(ContainSubstring("kubectl teardown delete bucket.s3.services.k8s.aws/assets -n " + ns + " --reason")))
 		err := k8s.Delete(ctx, b)
 		Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(ContainSubstring("ClusterTeardownPolicy/ack-bucket-two-phase"))

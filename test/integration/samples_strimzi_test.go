@@ -140,7 +140,7 @@ var _ = Describe("Sample strimzi-topic-two-phase", Ordered, func() {
 
 		By("a plain delete of the protected KafkaTopic is refused, saying how to request it")
 		Eventually(func() error { return k8s.Delete(ctx, orders, client.DryRunAll) }, 10*time.Second).
-			Should(MatchError(ContainSubstring("kubectl teardown delete kafkatopic.kafka.strimzi.io/orders --reason")))
+			Should(MatchError(ContainSubstring("kubectl teardown delete kafkatopic.kafka.strimzi.io/orders -n " + ns + " --reason")))
 		err := k8s.Delete(ctx, orders)
 		Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(ContainSubstring(v1alpha1.AnnotationDeleteRequested))

@@ -299,7 +299,12 @@ var _ = Describe("Two-phase delete requested again with kubectl teardown delete"
 		cm := protect(ctx, p, "orders")
 		_, stderr, code := kubectlTeardown("delete", "configmap/orders", "-n", ns, "--reason", "hank: first try", "--wait=false")
 		Expect(code).To(Equal(0), stderr)
-		Eventually(func() int32 { return runFor(ctx, cm)().Status.Step("backup").Attempts }, 10*time.Second).Should(BeNumerically(">=", 1))
+		Eventually(func(g Gomega) {
+			run := runFor(ctx, cm)()
+			g.Expect(run).NotTo(BeNil())
+			g.Expect(run.Status.Step("backup")).NotTo(BeNil())
+			g.Expect(run.Status.Step("backup").Attempts).To(BeNumerically(">=", 1))
+		}, 10*time.Second).Should(Succeed())
 		_, stderr, code = kubectlTeardown("delete", "configmap/orders", "-n", ns, "--withdraw")
 		Expect(code).To(Equal(0), stderr)
 		Eventually(runPhase(ctx, cm), 10*time.Second).Should(Equal(v1alpha1.RunCancelled))
