@@ -165,29 +165,32 @@ func (r *root) planPolicy(ctx context.Context, compiler *policy.Compiler, v poli
 	if c.Guard != nil {
 		pr.DeletionGuard = r.evaluateGuard(ctx, c, t)
 	}
-	pr.Steps = planSteps(ctx, c, t)
+	pr.Steps = planSteps(ctx, c, t, r.kube.runNamespace)
 	if v.Key.Namespaced() {
 		r.kube.checkDestinations(pr.Steps)
 	}
 	return pr
 }
 
-// planSteps renders each step as the run's first pass would see it.
-func planSteps(ctx context.Context, c *policy.Compiled, t *target) []stepReport {
+// planSteps renders each step as the run's first pass would see it; runNamespace holds the runs
+// of cluster-scoped objects.
+func planSteps(ctx context.Context, c *policy.Compiled, t *target, runNamespace string) []stepReport {
 	snapshot, err := policy.Snapshot(t.Object.DeepCopy().Object)
 	if err != nil {
 		return []stepReport{{Name: "-", Error: err.Error()}}
 	}
 	run := c.NewRun(t.GVK, t.Object, snapshot)
 	run.UID = "plan"
+	if run.Namespace == "" {
+		run.Namespace = runNamespace // where the operator puts the runs of cluster-scoped objects
+	}
 	now := time.Now()
 	var out []stepReport
 	for _, s := range c.Pipeline.Steps {
 		sr := stepReport{Name: s.Spec.Name, Kind: s.Kind}
-		ss := &v1alpha1.StepStatus{Name: s.Spec.Name, Attempts: 1}
-		in := pipeline.Input(run, ss, now)
 		if s.When != nil {
-			ok, err := s.When.EvalBool(ctx, in.Vars)
+			// Evaluated, as by the run's pass, before the first attempt (run.attempt is 0).
+			ok, err := s.When.EvalBool(ctx, pipeline.Input(run, &v1alpha1.StepStatus{Name: s.Spec.Name}, now).Vars)
 			switch {
 			case err != nil:
 				sr.Guard = fmt.Sprintf("%s: cannot be evaluated now (%v); decided when the step is reached", s.When, err)
@@ -200,7 +203,8 @@ func planSteps(ctx context.Context, c *policy.Compiled, t *target) []stepReport 
 			}
 		}
 		if p, ok := s.Action.(steps.Planner); ok {
-			plan := p.Plan(ctx, in)
+			// The status the run's pass gives the step's first attempt, its deadline included.
+			plan := p.Plan(ctx, pipeline.Input(run, pipeline.Started(s, now), now))
 			sr.Summary, sr.Error, sr.Rendered = plan.Summary, plan.Err, plan.Rendered
 			if plan.Err != "" && readsSteps(s) {
 				sr.Error = ""
