@@ -12,7 +12,6 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -125,7 +124,8 @@ type action struct {
 
 // placeholder stands in for every ${...} when the template's shape is checked at compile time:
 // "0" is a valid string, quantity and int-or-string, so only fields that can never hold a
-// rendered string are reported.
+// rendered string are reported; the API server's checks of the values it stands for are skipped
+// (validateJobSpec).
 const placeholder = "0"
 
 // Compile implements steps.Kind.
@@ -243,16 +243,7 @@ func (a *action) compileSpec(env *expr.Env, raw []byte, path *field.Path) field.
 	if spec.ManualSelector != nil && *spec.ManualSelector {
 		errs = append(errs, field.Forbidden(path.Child("manualSelector"), "the Job controller chooses the selector"))
 	}
-	ps := spec.Template.Spec
-	if len(ps.Containers) == 0 {
-		errs = append(errs, field.Required(path.Child("template", "spec", "containers"), "a Job needs at least one container"))
-	}
-	switch ps.RestartPolicy {
-	case "", corev1.RestartPolicyNever, corev1.RestartPolicyOnFailure, placeholder:
-	default:
-		errs = append(errs, field.NotSupported(path.Child("template", "spec", "restartPolicy"), ps.RestartPolicy,
-			[]string{string(corev1.RestartPolicyNever), string(corev1.RestartPolicyOnFailure)}))
-	}
+	errs = append(errs, validateJobSpec(&spec, path, tree.RenderedAt)...)
 	if spec.TTLSecondsAfterFinished != nil {
 		if *spec.TTLSecondsAfterFinished < 0 {
 			errs = append(errs, field.Invalid(path.Child("ttlSecondsAfterFinished"), *spec.TTLSecondsAfterFinished, "must not be negative"))
