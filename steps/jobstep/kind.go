@@ -120,6 +120,10 @@ type action struct {
 	spec        *expr.Tree
 	success     *expr.Program
 	ttl         int32
+	// policyNamespace is a TeardownPolicy's namespace, and path the step's job field: for
+	// CheckWithServer, which runs outside any run.
+	policyNamespace string
+	path            *field.Path
 }
 
 // placeholder stands in for every ${...} when the template's shape is checked at compile time:
@@ -132,7 +136,7 @@ const placeholder = "0"
 func (k *Kind) Compile(cc steps.CompileContext, s *v1alpha1.Step, path *field.Path) (steps.Action, field.ErrorList) {
 	j := s.Job
 	p := path.Child("job")
-	a := &action{kind: k, step: s.Name, namespaced: cc.Namespaced, ttl: int32(DefaultTTL / time.Second)}
+	a := &action{kind: k, step: s.Name, namespaced: cc.Namespaced, ttl: int32(DefaultTTL / time.Second), policyNamespace: cc.Namespace, path: p}
 	var errs field.ErrorList
 	if j.Namespace == "" && !cc.Namespaced && cc.TargetScope == steps.ScopeCluster {
 		// The default is the target's namespace, and a cluster-scoped object has none: the

@@ -65,6 +65,11 @@ func TestCompileAPIServerChecks(t *testing.T) {
 			spec: podSpec(`"restartPolicy": "Always"`, container("dump", "busybox", "")),
 			want: []string{pod + `.restartPolicy: Unsupported value: "Always": supported values: "OnFailure", "Never"`},
 		},
+		"restartPolicy OnFailure with a podFailurePolicy": {
+			spec: `{"podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1]}}]},
+				"template": {"spec": {"restartPolicy": "OnFailure", "containers": [` + container("dump", "busybox", "") + `]}}}`,
+			want: []string{pod + `.restartPolicy: Invalid value: "OnFailure": only "Never" is supported when podFailurePolicy is specified`},
+		},
 		"a mount of a volume the pod does not have": {
 			spec: podSpec(`"volumes": [{"name": "scratch", "emptyDir": {}}]`, container("dump", "busybox", `"volumeMounts": [{"name": "data", "mountPath": "/data"}]`)),
 			want: []string{pod + `.containers[0].volumeMounts[0].name: Not found: "data"`},
