@@ -130,8 +130,7 @@ func (r *policyReconciler) compile(ctx context.Context, v policy.View) (*policy.
 	if v.Key.Namespaced() && mapping.Scope.Name() != meta.RESTScopeNameNamespace {
 		r.watches.Release(gvk, consumerOf(v.Key))
 		r.registry.SetInvalid(v.Key, gvk)
-		r.setReady(v, metav1.ConditionFalse, v1alpha1.ReasonInvalidTarget, fmt.Sprintf(
-			"spec.targetRef: %s is cluster-scoped; a TeardownPolicy protects only objects in its own namespace (use a ClusterTeardownPolicy)", gvk.Kind))
+		r.setReady(v, metav1.ConditionFalse, v1alpha1.ReasonInvalidTarget, "spec.targetRef: "+policy.ClusterScopedTarget(gvk.Kind))
 		return nil, reconcile.Result{}
 	}
 	if compiled.Suspended {
