@@ -7,7 +7,8 @@
 //	go run ./hack/builtinkinds -out FILE    # write elsewhere
 //
 // An integration spec (test/integration/builtin_kinds_test.go) fails when the committed table
-// differs from what the API server of the tests serves.
+// differs from what the API server of the tests serves, as cli/discovery.TableOf reads it (the
+// same table: hack/ may not import the CLI, so it is built here again).
 package main
 
 import (
@@ -17,15 +18,26 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-
-	clidiscovery "github.com/teardown-dev/teardown-operator/cli/discovery"
 )
 
+// kind is one line of the table (cli/discovery.BuiltinKind).
+type kind struct {
+	Group      string `json:"group"`
+	Version    string `json:"version"`
+	Kind       string `json:"kind"`
+	Resource   string `json:"resource"`
+	Namespaced bool   `json:"namespaced"`
+}
+
 func main() {
-	out := flag.String("out", filepath.Join("cli", "discovery", clidiscovery.BuiltinFile), "file to write")
+	out := flag.String("out", filepath.Join("cli", "discovery", "builtin_kinds.json"), "file to write")
 	flag.Parse()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		os.Setenv("KUBEBUILDER_ASSETS", "bin")
@@ -59,24 +71,45 @@ func write(out string) (err error) {
 	if err != nil {
 		return err
 	}
-	raw, err := encode(clidiscovery.TableOf(version.GitVersion, lists, nil))
+	raw, err := encode(version.GitVersion, kinds(lists))
 	if err != nil {
 		return err
 	}
 	return os.WriteFile(out, raw, 0o644)
 }
 
+// kinds are the kinds of discovery's lists, subresources left out, ordered by group, version,
+// kind and resource.
+func kinds(lists []*metav1.APIResourceList) []kind {
+	var out []kind
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range l.APIResources {
+			if !strings.Contains(r.Name, "/") {
+				out = append(out, kind{Group: gv.Group, Version: gv.Version, Kind: r.Kind, Resource: r.Name, Namespaced: r.Namespaced})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b kind) int {
+		return strings.Compare(a.Group+"/"+a.Version+"/"+a.Kind+"/"+a.Resource, b.Group+"/"+b.Version+"/"+b.Kind+"/"+b.Resource)
+	})
+	return out
+}
+
 // encode writes the table as JSON with one kind a line, for reviewable diffs.
-func encode(t clidiscovery.BuiltinTable) ([]byte, error) {
+func encode(kubernetes string, kinds []kind) ([]byte, error) {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "{\n  \"kubernetes\": %q,\n  \"kinds\": [\n", t.Kubernetes)
-	for i, k := range t.Kinds {
+	fmt.Fprintf(&b, "{\n  \"kubernetes\": %q,\n  \"kinds\": [\n", kubernetes)
+	for i, k := range kinds {
 		line, err := json.Marshal(k)
 		if err != nil {
 			return nil, err
 		}
 		sep := ","
-		if i == len(t.Kinds)-1 {
+		if i == len(kinds)-1 {
 			sep = ""
 		}
 		fmt.Fprintf(&b, "    %s%s\n", line, sep)
