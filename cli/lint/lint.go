@@ -200,7 +200,8 @@ func (l *Linter) checkDoc(ctx context.Context, d *manifest.Document) []Problem {
 			[]string{v1alpha1.GroupVersion.String()})})
 	}
 	if errs := l.schema.Validate(ctx, gvk, obj.Object); len(errs) > 0 {
-		return at(Error, "schema", errs)
+		// The compiler's errors too, for one round of fixes; risks wait for a policy that applies.
+		return append(at(Error, "schema", errs), at(Error, "compile", l.compileLeniently(obj, errs))...)
 	}
 	view, errs := l.decode(obj)
 	if len(errs) > 0 {
@@ -217,7 +218,8 @@ func (l *Linter) checkDoc(ctx context.Context, d *manifest.Document) []Problem {
 	out = append(out, at(Error, "compile", cerrs)...)
 	ignored, unknown := ignoredRisks(obj.GetAnnotations())
 	out = append(out, at(Warning, RiskUnknownIgnore, unknown)...)
-	for _, r := range append(Risks(view.Spec), l.lookupRisks(view)...) {
+	risks := append(Risks(view.Spec), l.lookupRisks(view)...)
+	for _, r := range append(risks, unsafeReads(l.compiler.Env(), view.Spec)...) {
 		if !ignored[r.Code] {
 			out = append(out, at(Warning, r.Code, field.ErrorList{r.Err})...)
 		}
