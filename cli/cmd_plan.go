@@ -29,6 +29,13 @@ type planReport struct {
 	Delete string `json:"delete"`
 	// Note says what the plan could not see (cluster policies the user may not list).
 	Note string `json:"note,omitempty"`
+	// Operator is what the operator's lease says (plan_deleting.go).
+	Operator planOperator `json:"operator"`
+	// Deleting is set when the object is already being deleted.
+	Deleting *planDeletion `json:"deleting,omitempty"`
+	// OtherNamespaces names TeardownPolicies of other namespaces that target the object's kind,
+	// when none of its own does (plan_elsewhere.go).
+	OtherNamespaces *planElsewhere `json:"otherNamespaces,omitempty"`
 }
 
 type policyReport struct {
@@ -125,7 +132,9 @@ func (r *root) plan(ctx context.Context, arg string) (*planReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &planReport{Object: describeObject(t.GVK.Kind, t.Object)}
+	op := r.kube.operator(ctx)
+	rep := &planReport{Object: describeObject(t.GVK.Kind, t.Object), Operator: operatorReport(op),
+		Deleting: r.deletion(ctx, arg, t, op), OtherNamespaces: r.kube.policiesElsewhere(ctx, t, views)}
 	for _, v := range views {
 		rep.Policies = append(rep.Policies, r.planPolicy(ctx, compiler, v, t))
 	}
@@ -248,7 +257,11 @@ func (k *kube) dryRunDelete(ctx context.Context, obj *unstructured.Unstructured)
 	if err := k.client.Delete(ctx, o, client.DryRunAll); err != nil {
 		return "refused: " + oneLine(err.Error())
 	}
-	if fins := obj.GetFinalizers(); len(fins) > 0 {
+	fins := obj.GetFinalizers()
+	switch {
+	case obj.GetDeletionTimestamp() != nil:
+		return fmt.Sprintf("the object is already being deleted, held by its finalizers %s", strings.Join(fins, ", "))
+	case len(fins) > 0:
 		return fmt.Sprintf("allowed (dry run): the object would be marked for deletion and held by its finalizers %s", strings.Join(fins, ", "))
 	}
 	return "allowed (dry run): the object would be deleted at once, with no finalizer to hold it"
@@ -256,9 +269,11 @@ func (k *kube) dryRunDelete(ctx context.Context, obj *unstructured.Unstructured)
 
 func printPlan(w io.Writer, rep *planReport) {
 	fmt.Fprintf(w, "%s\n", rep.Object)
+	printDeletion(w, rep)
 	if len(rep.Policies) == 0 {
 		fmt.Fprintf(w, "  no TeardownPolicy or ClusterTeardownPolicy targets this kind\n")
 	}
+	printElsewhere(w, rep.OtherNamespaces)
 	for _, p := range rep.Policies {
 		verdict := "protects it"
 		if !p.Protects {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +79,40 @@ func TestPlanRendersTheJobTheStepCreates(t *testing.T) {
 	}
 	if refs := job.OwnerReferences; len(refs) != 1 || refs[0].Kind != "TeardownRun" || refs[0].UID != "plan" {
 		t.Errorf("ownerReferences = %+v, want the run", refs)
+	}
+}
+
+// TestJudgeDeletion: whether anyone acts on an object being deleted, and what to do if not.
+func TestJudgeDeletion(t *testing.T) {
+	down := operatorState{Known: true, Lease: "teardown-system/l", Since: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	up := operatorState{Known: true, Held: true}
+	unknown := operatorState{Why: "no lease"}
+	held := &planDeletion{Finalizers: []string{"clusterteardownpolicy.teardown.dev/archive"}}
+	tests := map[string]struct {
+		d               *planDeletion
+		haveRuns, ended bool
+		op              operatorState
+		acting          bool
+		words           []string
+	}{
+		"operator down":            {held, true, false, down, false, []string{"nobody acts", "since 2030-01-01T00:00:00Z", "start the operator", "drain --policy ClusterTeardownPolicy/archive", "abandon cm/x"}},
+		"no run, operator running": {held, false, false, up, false, []string{"no run exists", "abandon cm/x"}},
+		"no run, operator unknown": {held, false, false, unknown, false, []string{"unknown (no lease)", "start it"}},
+		"a run in flight":          {held, true, false, up, true, []string{"kubectl teardown status cm/x"}},
+		"runs ended, object kept":  {held, true, true, up, false, []string{"kubectl teardown retry cm/x"}},
+		"other controllers' only":  {&planDeletion{}, false, false, down, true, []string{"other controllers only"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			acting, msg := judgeDeletion("cm/x", tc.d, tc.haveRuns, tc.ended, tc.op)
+			if acting != tc.acting {
+				t.Errorf("acting %v, want %v: %s", acting, tc.acting, msg)
+			}
+			for _, w := range tc.words {
+				if !strings.Contains(msg, w) {
+					t.Errorf("%q does not say %q", msg, w)
+				}
+			}
+		})
 	}
 }
