@@ -28,10 +28,10 @@ func TestJudgeLease(t *testing.T) {
 		since     time.Time
 		wantWords string
 	}{
-		"renewed within its duration": {lease("pod-a_1", 15, at(-time.Hour), at(-3*time.Second)), true, now.Add(-time.Hour), "running (replica pod-a_1"},
+		"renewed within its duration":                       {lease("pod-a_1", 15, at(-time.Hour), at(-3*time.Second)), true, now.Add(-time.Hour), "running (replica pod-a_1"},
 		"renewal older than its duration (a killed leader)": {lease("pod-a_1", 15, at(-time.Hour), at(-16*time.Second)), false, now.Add(-16 * time.Second), "NOT RUNNING"},
-		"released on a clean stop (no holder)": {lease("", 1, at(-time.Minute), at(-time.Minute)), false, now.Add(-time.Minute), "NOT RUNNING"},
-		"never renewed": {lease("", 15, nil, nil), false, time.Time{}, "no replica has ever renewed"},
+		"released on a clean stop (no holder)":              {lease("", 1, at(-time.Minute), at(-time.Minute)), false, now.Add(-time.Minute), "NOT RUNNING"},
+		"never renewed":                                     {lease("", 15, nil, nil), false, time.Time{}, "no replica has ever renewed"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -45,12 +45,12 @@ func validateJobSpec(spec *batchv1.JobSpec, path *field.Path, rendered func(stri
 	pod := path.Child("template", "spec")
 	switch rp := spec.Template.Spec.RestartPolicy; rp {
 	case "", corev1.RestartPolicyNever: // "" is Never: the step sets it
-	default:
-		errs = append(errs, field.NotSupported(pod.Child("restartPolicy"), rp, jobRestartPolicies))
 	case corev1.RestartPolicyOnFailure:
 		if spec.PodFailurePolicy != nil {
 			errs = append(errs, field.Invalid(pod.Child("restartPolicy"), rp, `only "Never" is supported when podFailurePolicy is specified`))
 		}
+	default:
+		errs = append(errs, field.NotSupported(pod.Child("restartPolicy"), rp, jobRestartPolicies))
 	}
 	errs = append(errs, validatePodSpec(&spec.Template.Spec, pod, rendered)...)
 	return slices.DeleteFunc(errs, func(e *field.Error) bool { return rendered(e.Field) })
