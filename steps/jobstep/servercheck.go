@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -118,13 +119,27 @@ func (a *action) policyPath(jobField string) (string, bool) {
 	switch {
 	case jobField == "spec" || strings.HasPrefix(jobField, "spec."):
 		p := tmpl.Child("spec").String() + strings.TrimPrefix(jobField, "spec")
-		return p, a.spec.RenderedAt(p) || a.spec.RenderedAt(treePath(p))
+		return p, slices.ContainsFunc(a.judgedWith(p), func(q string) bool { return a.spec.RenderedAt(q) || a.spec.RenderedAt(treePath(q)) })
 	case strings.HasPrefix(jobField, "metadata.labels"):
 		return tmpl.Child("metadata").String() + strings.TrimPrefix(jobField, "metadata"), !allLiteral(a.labels)
 	case strings.HasPrefix(jobField, "metadata.annotations"):
 		return tmpl.Child("metadata").String() + strings.TrimPrefix(jobField, "metadata"), !allLiteral(a.annotations)
 	}
 	return a.path.String(), false // the operator's own fields: said at the step
+}
+
+// judgedWith are the template's paths the API server judges a field at path with: itself, and
+// the siblings it is compared with (a request with its limit, under resources; a mount's volume
+// with the pod's volumes).
+func (a *action) judgedWith(path string) []string {
+	out := []string{path}
+	if i := strings.LastIndex(path, ".resources."); i >= 0 {
+		out = append(out, path[:i+len(".resources")])
+	}
+	if strings.Contains(path, ".volumeMounts[") {
+		out = append(out, a.path.Child("template", "spec", "template", "spec", "volumes").String())
+	}
+	return out
 }
 
 // treePath writes map keys as fields (spec.nodeSelector.disk), as expr.Tree names them; the API

@@ -55,7 +55,9 @@ func TestPlaceholderJob(t *testing.T) {
 // values known only at run time.
 func TestRefusals(t *testing.T) {
 	spec := `{"template": {"metadata": {"annotations": {"a": "b"}}, "spec": {"restartPolicy": "${object.data.policy}",
-		"nodeSelector": {"disk": "${object.data.disk}"}, "containers": [{"name": "dump", "image": "busybox"}]}}}`
+		"nodeSelector": {"disk": "${object.data.disk}"}, "volumes": [{"name": "${object.metadata.name}", "emptyDir": {}}],
+		"containers": [{"name": "dump", "image": "busybox", "volumeMounts": [{"name": "data", "mountPath": "/d"}],
+		"resources": {"requests": {"memory": "256Mi"}, "limits": {"memory": "${object.data.limit}"}}}]}}}`
 	a := compileAction(t, false, v1alpha1.JobStep{}, spec)
 	pod := field.NewPath("spec", "template", "spec")
 	err := apierrors.NewInvalid(schema.GroupKind{Group: "batch", Kind: "Job"}, "x", field.ErrorList{
@@ -64,6 +66,9 @@ func TestRefusals(t *testing.T) {
 		field.NotSupported(pod.Child("restartPolicy"), "0", []string{"OnFailure", "Never"}),
 		field.Invalid(pod.Child("nodeSelector").Key("disk"), "0", "rendered"),
 		field.Invalid(field.NewPath("metadata", "name"), "x", "too long"),
+		// Judged against values the placeholders stand for: the limit, the volume's name.
+		field.Invalid(pod.Child("containers").Index(0).Child("resources", "requests"), "256Mi", "must be less than or equal to memory limit of 0"),
+		field.NotFound(pod.Child("containers").Index(0).Child("volumeMounts").Index(0).Child("name"), "data"),
 	})
 	got := a.refusals(err)
 	want := []string{
