@@ -77,6 +77,9 @@ func (r *root) planCommand() *cobra.Command {
 for each the pipeline as it would run now: guards evaluated, http requests rendered (Secret values
 redacted), Job manifests rendered, wait conditions and lookups evaluated; and the API server's
 verdict on deleting it (kubectl delete --dry-run=server). Nothing is sent, created or changed.
+It says when no replica of the operator holds its lease, and, for an object already being deleted,
+what holds it, its runs, and whether anyone acts on them. When no TeardownPolicy of the object's
+namespace targets its kind, it names those of other namespaces that do.
 
 With -f: the objects in the cluster that a policy file would protect, before it is applied.
 
