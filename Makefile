@@ -68,6 +68,10 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers, and the
 chart: ## Generate the Helm chart's CRD and ClusterRole templates from config/ (make manifests does it too).
 	$(GO) run ./hack/chartgen
 
+.PHONY: builtin-kinds
+builtin-kinds: control-plane ## Write the built-in kinds lint knows offline (cli/discovery/builtin_kinds.json) from the control plane's API server.
+	KUBEBUILDER_ASSETS=$(BIN) $(GO) run ./hack/builtinkinds
+
 .PHONY: verify-generated
 verify-generated: $(CONTROLLER_GEN) ## Fail when committed generated files differ from what the markers produce.
 	tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \

@@ -29,6 +29,13 @@ type planReport struct {
 	Delete string `json:"delete"`
 	// Note says what the plan could not see (cluster policies the user may not list).
 	Note string `json:"note,omitempty"`
+	// Operator is what the operator's lease says (plan_deleting.go).
+	Operator planOperator `json:"operator"`
+	// Deleting is set when the object is already being deleted.
+	Deleting *planDeletion `json:"deleting,omitempty"`
+	// OtherNamespaces names TeardownPolicies of other namespaces that target the object's kind,
+	// when none of its own does (plan_elsewhere.go).
+	OtherNamespaces *planElsewhere `json:"otherNamespaces,omitempty"`
 }
 
 type policyReport struct {
@@ -70,6 +77,9 @@ func (r *root) planCommand() *cobra.Command {
 for each the pipeline as it would run now: guards evaluated, http requests rendered (Secret values
 redacted), Job manifests rendered, wait conditions and lookups evaluated; and the API server's
 verdict on deleting it (kubectl delete --dry-run=server). Nothing is sent, created or changed.
+It says when no replica of the operator holds its lease, and, for an object already being deleted,
+what holds it, its runs, and whether anyone acts on them. When no TeardownPolicy of the object's
+namespace targets its kind, it names those of other namespaces that do.
 
 With -f: the objects in the cluster that a policy file would protect, before it is applied.
 
@@ -125,7 +135,9 @@ func (r *root) plan(ctx context.Context, arg string) (*planReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &planReport{Object: describeObject(t.GVK.Kind, t.Object)}
+	op := r.kube.operator(ctx)
+	rep := &planReport{Object: describeObject(t.GVK.Kind, t.Object), Operator: operatorReport(op),
+		Deleting: r.deletion(ctx, arg, t, op), OtherNamespaces: r.kube.policiesElsewhere(ctx, t, views)}
 	for _, v := range views {
 		rep.Policies = append(rep.Policies, r.planPolicy(ctx, compiler, v, t))
 	}
@@ -165,29 +177,32 @@ func (r *root) planPolicy(ctx context.Context, compiler *policy.Compiler, v poli
 	if c.Guard != nil {
 		pr.DeletionGuard = r.evaluateGuard(ctx, c, t)
 	}
-	pr.Steps = planSteps(ctx, c, t)
+	pr.Steps = planSteps(ctx, c, t, r.kube.runNamespace)
 	if v.Key.Namespaced() {
 		r.kube.checkDestinations(pr.Steps)
 	}
 	return pr
 }
 
-// planSteps renders each step as the run's first pass would see it.
-func planSteps(ctx context.Context, c *policy.Compiled, t *target) []stepReport {
+// planSteps renders each step as the run's first pass would see it; runNamespace holds the runs
+// of cluster-scoped objects.
+func planSteps(ctx context.Context, c *policy.Compiled, t *target, runNamespace string) []stepReport {
 	snapshot, err := policy.Snapshot(t.Object.DeepCopy().Object)
 	if err != nil {
 		return []stepReport{{Name: "-", Error: err.Error()}}
 	}
 	run := c.NewRun(t.GVK, t.Object, snapshot)
 	run.UID = "plan"
+	if run.Namespace == "" {
+		run.Namespace = runNamespace // where the operator puts the runs of cluster-scoped objects
+	}
 	now := time.Now()
 	var out []stepReport
 	for _, s := range c.Pipeline.Steps {
 		sr := stepReport{Name: s.Spec.Name, Kind: s.Kind}
-		ss := &v1alpha1.StepStatus{Name: s.Spec.Name, Attempts: 1}
-		in := pipeline.Input(run, ss, now)
 		if s.When != nil {
-			ok, err := s.When.EvalBool(ctx, in.Vars)
+			// Evaluated, as by the run's pass, before the first attempt (run.attempt is 0).
+			ok, err := s.When.EvalBool(ctx, pipeline.Input(run, &v1alpha1.StepStatus{Name: s.Spec.Name}, now).Vars)
 			switch {
 			case err != nil:
 				sr.Guard = fmt.Sprintf("%s: cannot be evaluated now (%v); decided when the step is reached", s.When, err)
@@ -200,7 +215,8 @@ func planSteps(ctx context.Context, c *policy.Compiled, t *target) []stepReport 
 			}
 		}
 		if p, ok := s.Action.(steps.Planner); ok {
-			plan := p.Plan(ctx, in)
+			// The status the run's pass gives the step's first attempt, its deadline included.
+			plan := p.Plan(ctx, pipeline.Input(run, pipeline.Started(s, now), now))
 			sr.Summary, sr.Error, sr.Rendered = plan.Summary, plan.Err, plan.Rendered
 			if plan.Err != "" && readsSteps(s) {
 				sr.Error = ""
@@ -244,7 +260,11 @@ func (k *kube) dryRunDelete(ctx context.Context, obj *unstructured.Unstructured)
 	if err := k.client.Delete(ctx, o, client.DryRunAll); err != nil {
 		return "refused: " + oneLine(err.Error())
 	}
-	if fins := obj.GetFinalizers(); len(fins) > 0 {
+	fins := obj.GetFinalizers()
+	switch {
+	case obj.GetDeletionTimestamp() != nil:
+		return fmt.Sprintf("the object is already being deleted, held by its finalizers %s", strings.Join(fins, ", "))
+	case len(fins) > 0:
 		return fmt.Sprintf("allowed (dry run): the object would be marked for deletion and held by its finalizers %s", strings.Join(fins, ", "))
 	}
 	return "allowed (dry run): the object would be deleted at once, with no finalizer to hold it"
@@ -252,9 +272,11 @@ func (k *kube) dryRunDelete(ctx context.Context, obj *unstructured.Unstructured)
 
 func printPlan(w io.Writer, rep *planReport) {
 	fmt.Fprintf(w, "%s\n", rep.Object)
+	printDeletion(w, rep)
 	if len(rep.Policies) == 0 {
 		fmt.Fprintf(w, "  no TeardownPolicy or ClusterTeardownPolicy targets this kind\n")
 	}
+	printElsewhere(w, rep.OtherNamespaces)
 	for _, p := range rep.Policies {
 		verdict := "protects it"
 		if !p.Protects {

@@ -41,10 +41,11 @@ func (e *Engine) setupControllers(mgr manager.Manager) error {
 
 // setupPolicies watches both kinds of policy, and their runs for the counts in their status.
 func (e *Engine) setupPolicies(mgr manager.Manager) error {
+	dryRuns := newDryRuns(e.opts.RunNamespace)
 	for kind, obj := range map[string]client.Object{policy.KindNamespaced: &v1alpha1.TeardownPolicy{}, policy.KindCluster: &v1alpha1.ClusterTeardownPolicy{}} {
 		r := &policyReconciler{kind: kind, client: e.client, reader: e.reader, registry: e.registry, compiler: e.compiler,
 			watches: e.watches, metrics: e.metrics, matchErrs: e.matchErrs, stuckAfter: e.opts.StuckAfter,
-			fin: e.fin, reads: e.reads, wake: e.wake, served: e.served, statusWritten: newWrittenVersions()}
+			fin: e.fin, reads: e.reads, wake: e.wake, served: e.served, statusWritten: newWrittenVersions(), dryRuns: dryRuns}
 		err := builder.ControllerManagedBy(mgr).
 			Named(kind).
 			// The policy's own status writes must not wake it: each would recount and write again

@@ -52,6 +52,8 @@ type policyReconciler struct {
 	// statusWritten are the versions of this kind's policies as their last status write left
 	// them.
 	statusWritten *writtenVersions
+	// dryRuns asks the API server whether it accepts what a policy's steps create (policy_dryrun.go).
+	dryRuns *dryRuns
 }
 
 func (r *policyReconciler) newObject() client.Object {
@@ -89,7 +91,7 @@ func (r *policyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err := r.ensureFinalizer(ctx, obj); err != nil {
 		return reconcile.Result{}, err
 	}
-	compiled, res := r.compile(v)
+	compiled, res := r.compile(ctx, v)
 	if compiled != nil {
 		prev := r.registry.Set(compiled)
 		if prev == nil || prev.Generation != compiled.Generation || prev.Suspended != compiled.Suspended {
@@ -104,9 +106,12 @@ func (r *policyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 
 // compile compiles the policy and starts its watch; on failure it sets Ready=False with the reason
 // and keeps what is known of the policy in the registry so its finalizers stay untouched.
-func (r *policyReconciler) compile(v policy.View) (*policy.Compiled, reconcile.Result) {
+func (r *policyReconciler) compile(ctx context.Context, v policy.View) (*policy.Compiled, reconcile.Result) {
 	gvk := targetGVK(v.Spec)
 	compiled, errs := r.compiled(v)
+	if len(errs) == 0 {
+		errs = r.dryRuns.refusals(ctx, compiled)
+	}
 	if len(errs) > 0 {
 		r.registry.SetInvalid(v.Key, gvk)
 		r.acquireQuietly(gvk, v.Key)
@@ -135,8 +140,7 @@ func (r *policyReconciler) compile(v policy.View) (*policy.Compiled, reconcile.R
 	if v.Key.Namespaced() && mapping.Scope.Name() != meta.RESTScopeNameNamespace {
 		r.watches.Release(gvk, consumerOf(v.Key))
 		r.registry.SetInvalid(v.Key, gvk)
-		r.setReady(v, metav1.ConditionFalse, v1alpha1.ReasonInvalidTarget, fmt.Sprintf(
-			"spec.targetRef: %s is cluster-scoped; a TeardownPolicy protects only objects in its own namespace (use a ClusterTeardownPolicy)", gvk.Kind))
+		r.setReady(v, metav1.ConditionFalse, v1alpha1.ReasonInvalidTarget, "spec.targetRef: "+policy.ClusterScopedTarget(gvk.Kind))
 		return nil, reconcile.Result{}
 	}
 	if compiled.Suspended {

@@ -260,6 +260,21 @@ type Settler interface {
 	Settled(ctx context.Context, in *Input, deadline time.Time) (Result, bool)
 }
 
+// ServerChecker is implemented by actions whose step has the API server create an object made
+// from the policy (a job step's Job). The engine calls CheckWithServer once per policy
+// generation, after the policy compiled and before it reports it Ready, so that what the API
+// server refuses in that object is reported when the policy is applied, not at a deletion, when
+// the refusal keeps the object: the action asks for a server-side dry run of the create, values
+// known only at run time (${...}) replaced by harmless placeholders. It returns the refusals on
+// fields that hold no ${...}, at their paths in the policy; err says what kept the API server
+// from answering (a transient error, no permission, a namespace missing or being deleted), which
+// the engine logs and otherwise ignores: the step meets it, if it lasts, when it runs.
+// runNamespace is the operator's namespace, where a cluster policy's objects go when it names
+// no other.
+type ServerChecker interface {
+	CheckWithServer(ctx context.Context, runNamespace string) (field.ErrorList, error)
+}
+
 // ActionFunc adapts a function to an Action: scripted actions for tests and offline runs.
 type ActionFunc func(ctx context.Context, in *Input) Result
 

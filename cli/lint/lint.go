@@ -126,7 +126,9 @@ func New(opts Options) (*Linter, error) {
 		return nil, err
 	}
 	kinds := steps.Build(builtin.Kinds(builtin.Options{HTTP: httpstep.Options{AllowedDestinations: opts.AllowedDestinations}}), steps.Deps{})
-	var scope func(schema.GroupVersionKind) (bool, error)
+	// Kinds' scopes as the cluster's discovery gives them: the dump's, or else the built-in
+	// kinds' (a custom kind's scope is then unknown, and what depends on it is left to run time).
+	scope := discovery.BuiltinKinds().Namespaced
 	if opts.Kinds != nil {
 		scope = opts.Kinds.Namespaced
 	}
@@ -198,7 +200,8 @@ func (l *Linter) checkDoc(ctx context.Context, d *manifest.Document) []Problem {
 			[]string{v1alpha1.GroupVersion.String()})})
 	}
 	if errs := l.schema.Validate(ctx, gvk, obj.Object); len(errs) > 0 {
-		return at(Error, "schema", errs)
+		// The compiler's errors too, for one round of fixes; risks wait for a policy that applies.
+		return append(at(Error, "schema", errs), at(Error, "compile", l.compileLeniently(obj, errs))...)
 	}
 	view, errs := l.decode(obj)
 	if len(errs) > 0 {
@@ -215,7 +218,8 @@ func (l *Linter) checkDoc(ctx context.Context, d *manifest.Document) []Problem {
 	out = append(out, at(Error, "compile", cerrs)...)
 	ignored, unknown := ignoredRisks(obj.GetAnnotations())
 	out = append(out, at(Warning, RiskUnknownIgnore, unknown)...)
-	for _, r := range append(Risks(view.Spec), l.lookupRisks(view)...) {
+	risks := append(Risks(view.Spec), l.lookupRisks(view)...)
+	for _, r := range append(risks, unsafeReads(l.compiler.Env(), view.Spec)...) {
 		if !ignored[r.Code] {
 			out = append(out, at(Warning, r.Code, field.ErrorList{r.Err})...)
 		}
@@ -256,17 +260,26 @@ func PolicyOf(u *unstructured.Unstructured, namespace string) (policy.View, erro
 	return policy.ViewOf(p)
 }
 
-// kindErrors checks the target kind against the discovery dump, when there is one.
+// kindErrors checks the target kind as the operator does against discovery: against the dump
+// when there is one (a kind not served is an error), else against the built-in kinds (a custom
+// kind is unknown, and not reported). A TeardownPolicy on a cluster-scoped kind is refused in
+// the operator's words.
 func (l *Linter) kindErrors(v policy.View) field.ErrorList {
-	if l.opts.Kinds == nil {
-		return nil
-	}
 	gv, err := schema.ParseGroupVersion(v.Spec.TargetRef.APIVersion)
 	if err != nil {
 		return nil // reported by the compiler
 	}
-	if _, err := l.opts.Kinds.Namespaced(gv.WithKind(v.Spec.TargetRef.Kind)); err != nil {
+	kinds := l.opts.Kinds
+	if kinds == nil {
+		kinds = discovery.BuiltinKinds()
+	}
+	namespaced, err := kinds.Namespaced(gv.WithKind(v.Spec.TargetRef.Kind))
+	switch {
+	case err != nil && l.opts.Kinds != nil:
 		return field.ErrorList{field.Invalid(field.NewPath("spec", "targetRef", "kind"), v.Spec.TargetRef.Kind, err.Error())}
+	case err == nil && !namespaced && v.Key.Namespaced():
+		return field.ErrorList{field.Invalid(field.NewPath("spec", "targetRef"), field.OmitValueType{},
+			policy.ClusterScopedTarget(v.Spec.TargetRef.Kind)+"; the operator reports the policy not Ready, reason "+v1alpha1.ReasonInvalidTarget)}
 	}
 	return nil
 }

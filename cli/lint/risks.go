@@ -23,13 +23,16 @@ const (
 	RiskSecretOverPlainHTTP = "secret-over-plain-http"
 	// RiskKindNotServed: a lookup of a kind the discovery dump (--kinds) does not have.
 	RiskKindNotServed = "kind-not-served"
+	// RiskUnsafeRead: match, a step's when or a deletion guard's deny reads a field of the object
+	// that may be absent, unguarded (an evaluation error, not false, where it is absent).
+	RiskUnsafeRead = "unsafe-read"
 	// RiskUnknownIgnore: the ignore annotation names a code that is no risk's (a typo ignores
 	// nothing).
 	RiskUnknownIgnore = "unknown-ignore"
 )
 
 // RiskCodes are the codes a policy may accept with the ignore annotation.
-var RiskCodes = []string{RiskUnboundedWait, RiskRetainWithoutTimeout, RiskJobWithoutDeadline, RiskSecretOverPlainHTTP, RiskKindNotServed}
+var RiskCodes = []string{RiskUnboundedWait, RiskRetainWithoutTimeout, RiskJobWithoutDeadline, RiskSecretOverPlainHTTP, RiskKindNotServed, RiskUnsafeRead}
 
 // Risk is what compiles but is risky, at the field to change.
 type Risk struct {

@@ -103,7 +103,7 @@ func (v *Validator) Validate(ctx context.Context, gvk schema.GroupVersionKind, o
 	pruned := pruning.PruneWithOptions(obj, ks.structural, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true})
 	for _, p := range pruned {
 		errs = append(errs, &field.Error{Type: field.ErrorTypeInvalid, Field: unknownFieldPath(p), BadValue: field.OmitValueType{},
-			Detail: "unknown field (kubectl apply refuses it)"})
+			Detail: unknownField})
 	}
 	defaulting.Default(obj, ks.structural)
 	errs = append(errs, validation.ValidateCustomResource(nil, obj, ks.validator)...)
@@ -114,6 +114,13 @@ func (v *Validator) Validate(ctx context.Context, gvk schema.GroupVersionKind, o
 	celErrs, _ := ks.cel.Validate(ctx, nil, ks.structural, obj, nil, celconfig.RuntimeCELCostBudget)
 	return append(errs, celErrs...)
 }
+
+// unknownField is the detail of an unknown field's error.
+const unknownField = "unknown field (kubectl apply refuses it)"
+
+// IsUnknownField reports whether e is Validate's error for an unknown field, which Validate
+// drops from the object (kubectl's strict field validation refuses it).
+func IsUnknownField(e *field.Error) bool { return e.Detail == unknownField }
 
 // unknownFieldPath is the path pruning reports for an unknown field, with an empty key (YAML and
 // JSON allow one) written "": pruning joins keys with dots, so an empty key would leave an empty
@@ -147,7 +154,7 @@ func validateMetadata(obj map[string]any, namespaced bool) field.ErrorList {
 			return field.ErrorList{field.Invalid(path, field.OmitValueType{}, err.Error())}
 		}
 		errs = append(errs, &field.Error{Type: field.ErrorTypeInvalid, Field: unknownFieldPath(path.String() + "." + strings.TrimSuffix(name, `"`)),
-			BadValue: field.OmitValueType{}, Detail: "unknown field (kubectl apply refuses it)"})
+			BadValue: field.OmitValueType{}, Detail: unknownField})
 		meta = metav1.ObjectMeta{}
 		if err := json.Unmarshal(raw, &meta); err != nil {
 			return errs

@@ -104,20 +104,36 @@ func (p *pass) startStep(ctx context.Context, step *policy.Step, ss *v1alpha1.St
 			return false
 		}
 	}
-	now := metav1.NewTime(p.now)
-	// Attempts go on from a retried run's last one; the retry limit counts from FirstAttempt.
-	ss.Phase, ss.StartTime = v1alpha1.StepRunning, &now
+	begin(step, ss, p.now)
+	p.stepNote(name, false, v1alpha1.ReasonStepStarted, "Step %s (%s) started", name, step.Kind)
+	p.startedNow = name
+	return true
+}
+
+// begin starts a step's next attempt at now: Running, its attempt counted, its deadline set from
+// its timeout. Attempts go on from a retried run's last one; the retry limit counts from
+// FirstAttempt.
+func begin(step *policy.Step, ss *v1alpha1.StepStatus, now time.Time) {
+	start := metav1.NewTime(now)
+	ss.Phase, ss.StartTime = v1alpha1.StepRunning, &start
 	ss.Attempts++
 	if ss.Attempts > 1 {
 		ss.FirstAttempt = ss.Attempts
 	}
 	if to := step.Spec.Timeout; to != nil && to.Duration > 0 {
-		d := metav1.NewMicroTime(p.now.Add(to.Duration))
+		d := metav1.NewMicroTime(now.Add(to.Duration))
 		ss.Deadline = &d
 	}
-	p.stepNote(name, false, v1alpha1.ReasonStepStarted, "Step %s (%s) started", name, step.Kind)
-	p.startedNow = name
-	return true
+}
+
+// Started is the status of a step whose first attempt starts at now, as a run's pass sets it
+// before the step's first execution: kubectl teardown plan renders a step's action with it, so
+// that what depends on the status (a Job's activeDeadlineSeconds, from the step's deadline) is
+// what the step really does.
+func Started(step *policy.Step, now time.Time) *v1alpha1.StepStatus {
+	ss := &v1alpha1.StepStatus{Name: step.Spec.Name, Phase: v1alpha1.StepPending}
+	begin(step, ss, now)
+	return ss
 }
 
 // timeOut ends a step past its deadline: with the outcome of work that ended by the deadline

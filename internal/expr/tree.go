@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -15,6 +16,9 @@ type Tree struct {
 	root treeNode
 	// templated counts the strings that hold an expression.
 	templated int
+	// runTime are the paths of the strings known only when rendered: those holding an
+	// expression, and those that did not compile.
+	runTime []string
 }
 
 // Templated returns how many strings of the tree hold an expression.
@@ -37,7 +41,34 @@ func (e *Env) CompileTree(v any, path *field.Path) (*Tree, field.ErrorList) {
 	t := &Tree{}
 	n, errs := e.compileNode(v, path, &t.templated)
 	t.root = *n
+	t.root.walk(func(n *treeNode) {
+		if n.tmpl != nil || n.broken {
+			t.runTime = append(t.runTime, n.path)
+		}
+	})
 	return t, errs
+}
+
+// RenderedAt reports whether the value at path (a path CompileTree reported under, such as
+// spec.steps[0].job.template.spec.template.spec.containers[0]) holds a string known only when
+// rendered, itself or anywhere under it: checks of what the API server will be sent skip it.
+func (t *Tree) RenderedAt(path string) bool {
+	for _, p := range t.runTime {
+		if p == path || strings.HasPrefix(p, path+".") || strings.HasPrefix(p, path+"[") {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *treeNode) walk(visit func(*treeNode)) {
+	visit(n)
+	for _, c := range n.obj {
+		c.walk(visit)
+	}
+	for _, c := range n.arr {
+		c.walk(visit)
+	}
 }
 
 func (e *Env) compileNode(v any, path *field.Path, templated *int) (*treeNode, field.ErrorList) {

@@ -358,3 +358,27 @@ func TestTreePlaceholder(t *testing.T) {
 		})
 	}
 }
+
+func TestTreeRenderedAt(t *testing.T) {
+	env := treeEnv(t)
+	tree, _ := env.CompileTree(decodeJSON(t, `{"containers": [{"name": "c", "image": "${object.spec.image}",
+		"env": [{"name": "A", "value": "x${"}]}, {"name": "d", "image": "busybox", "args": ["$${HOME}"]}],
+		"containersX": [{"image": "busybox"}]}`), field.NewPath("spec"))
+	for path, want := range map[string]bool{
+		"spec.containers[0].image":        true, // an expression
+		"spec.containers[0].env[0].value": true, // did not compile: known only by what it renders
+		"spec.containers[0].env[0]":       true, // something under it
+		"spec.containers[0]":              true,
+		"spec.containers":                 true,
+		"spec":                            true,
+		"spec.containers[0].name":         false, // literal
+		"spec.containers[1]":              false, // an escaped ${ is a literal
+		"spec.containers[1].image":        false,
+		"spec.containersX":                false, // a sibling whose name starts alike
+		"spec.containers[0].imag":         false,
+	} {
+		if got := tree.RenderedAt(path); got != want {
+			t.Errorf("RenderedAt(%s) = %v, want %v", path, got, want)
+		}
+	}
+}

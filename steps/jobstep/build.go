@@ -81,20 +81,30 @@ func (a *action) build(ctx context.Context, in *steps.Input) (*batchv1.Job, erro
 	if _, err := sigsjson.UnmarshalStrict(raw, &spec); err != nil {
 		return nil, fmt.Errorf("template.spec after interpolation: %w", err)
 	}
+	labels, err := renderMeta(ctx, a.labels, in, "template.metadata.labels")
+	if err != nil {
+		return nil, err
+	}
+	annotations, err := renderMeta(ctx, a.annotations, in, "template.metadata.annotations")
+	if err != nil {
+		return nil, err
+	}
+	return a.assemble(in, ns, spec, labels, annotations), nil
+}
+
+// assemble makes the Job of the current attempt from its rendered parts: the run's name, labels
+// and environment, the deadline, the owner.
+func (a *action) assemble(in *steps.Input, ns string, spec batchv1.JobSpec, labels, annotations map[string]string) *batchv1.Job {
 	attempt := in.Status.Attempts
 	job := &batchv1.Job{
 		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ns,
-			Name:      naming.JobName(in.Run.Name, a.step, attempt),
+			Namespace:   ns,
+			Name:        naming.JobName(in.Run.Name, a.step, attempt),
+			Labels:      labels,
+			Annotations: annotations,
 		},
 		Spec: spec,
-	}
-	if job.Labels, err = renderMeta(ctx, a.labels, in, "template.metadata.labels"); err != nil {
-		return nil, err
-	}
-	if job.Annotations, err = renderMeta(ctx, a.annotations, in, "template.metadata.annotations"); err != nil {
-		return nil, err
 	}
 	job.Annotations[annotationTTL] = strconv.Itoa(int(a.ttl))
 	stamp(job, ownLabels(in.Run, a.step, attempt), runEnv(in.Run, a.step, attempt))
@@ -114,7 +124,7 @@ func (a *action) build(ctx context.Context, in *steps.Input) (*batchv1.Job, erro
 			APIVersion: v1alpha1.GroupVersion.String(), Kind: "TeardownRun", Name: in.Run.Name, UID: in.Run.UID,
 		}}
 	}
-	return job, nil
+	return job
 }
 
 // stamp puts the run's labels on the Job and its pods, and the run's variables in every

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -121,18 +120,23 @@ type action struct {
 	spec        *expr.Tree
 	success     *expr.Program
 	ttl         int32
+	// policyNamespace is a TeardownPolicy's namespace, and path the step's job field: for
+	// CheckWithServer, which runs outside any run.
+	policyNamespace string
+	path            *field.Path
 }
 
 // placeholder stands in for every ${...} when the template's shape is checked at compile time:
 // "0" is a valid string, quantity and int-or-string, so only fields that can never hold a
-// rendered string are reported.
+// rendered string are reported; the API server's checks of the values it stands for are skipped
+// (validateJobSpec).
 const placeholder = "0"
 
 // Compile implements steps.Kind.
 func (k *Kind) Compile(cc steps.CompileContext, s *v1alpha1.Step, path *field.Path) (steps.Action, field.ErrorList) {
 	j := s.Job
 	p := path.Child("job")
-	a := &action{kind: k, step: s.Name, namespaced: cc.Namespaced, ttl: int32(DefaultTTL / time.Second)}
+	a := &action{kind: k, step: s.Name, namespaced: cc.Namespaced, ttl: int32(DefaultTTL / time.Second), policyNamespace: cc.Namespace, path: p}
 	var errs field.ErrorList
 	if j.Namespace == "" && !cc.Namespaced && cc.TargetScope == steps.ScopeCluster {
 		// The default is the target's namespace, and a cluster-scoped object has none: the
@@ -243,16 +247,7 @@ func (a *action) compileSpec(env *expr.Env, raw []byte, path *field.Path) field.
 	if spec.ManualSelector != nil && *spec.ManualSelector {
 		errs = append(errs, field.Forbidden(path.Child("manualSelector"), "the Job controller chooses the selector"))
 	}
-	ps := spec.Template.Spec
-	if len(ps.Containers) == 0 {
-		errs = append(errs, field.Required(path.Child("template", "spec", "containers"), "a Job needs at least one container"))
-	}
-	switch ps.RestartPolicy {
-	case "", corev1.RestartPolicyNever, corev1.RestartPolicyOnFailure, placeholder:
-	default:
-		errs = append(errs, field.NotSupported(path.Child("template", "spec", "restartPolicy"), ps.RestartPolicy,
-			[]string{string(corev1.RestartPolicyNever), string(corev1.RestartPolicyOnFailure)}))
-	}
+	errs = append(errs, validateJobSpec(&spec, path, tree.RenderedAt)...)
 	if spec.TTLSecondsAfterFinished != nil {
 		if *spec.TTLSecondsAfterFinished < 0 {
 			errs = append(errs, field.Invalid(path.Child("ttlSecondsAfterFinished"), *spec.TTLSecondsAfterFinished, "must not be negative"))

@@ -215,7 +215,7 @@ func TestCompileErrors(t *testing.T) {
 		{
 			name: "restartPolicy Always",
 			spec: `{"template": {"spec": {"restartPolicy": "Always", "containers": [{"name": "c", "image": "busybox"}]}}}`,
-			want: []wantErr{{podPath + ".restartPolicy", field.ErrorTypeNotSupported, `"Never", "OnFailure"`}},
+			want: []wantErr{{podPath + ".restartPolicy", field.ErrorTypeNotSupported, `supported values: "OnFailure", "Never"`}},
 		},
 		{
 			name: "negative ttlSecondsAfterFinished",
