@@ -35,6 +35,8 @@ type planDeletion struct {
 	// replica of the operator runs; Message then says what to do.
 	Acting  bool   `json:"acting"`
 	Message string `json:"message"`
+	// Namespace is the object's, for the commands Message suggests.
+	Namespace string `json:"-"`
 }
 
 // planRun is one run of the object.
@@ -80,7 +82,8 @@ func (r *root) deletion(ctx context.Context, arg string, t *target, op operatorS
 		d.Runs = append(d.Runs, planRun{Name: run.Name, Namespace: run.Namespace, Phase: string(run.Status.Phase), CurrentStep: run.Status.CurrentStep})
 		ended = ended && run.Status.Phase.Finished()
 	}
-	d.Acting, d.Message = judgeDeletion(arg, d, len(runs) > 0 || err != nil, ended, op)
+	d.Namespace = t.Object.GetNamespace()
+	d.Acting, d.Message = judgeDeletion(withNamespace(arg, d.Namespace), d, len(runs) > 0 || err != nil, ended, op)
 	if err != nil {
 		d.Message = "cannot list its runs: " + oneLine(err.Error()) + "; " + d.Message
 	}
@@ -91,13 +94,14 @@ func (r *root) deletion(ctx context.Context, arg string, t *target, op operatorS
 // do when nobody does. haveRuns is true when runs exist (or could not be listed), ended when
 // they all ended (a Failed run keeps its object).
 func judgeDeletion(arg string, d *planDeletion, haveRuns, ended bool, op operatorState) (bool, string) {
-	breakGlass := fmt.Sprintf("to let it go without its teardown (break glass): kubectl teardown abandon %s --reason \"...\" (its runs are marked Abandoned), or kubectl teardown drain --policy %s (removes the finalizer, running nothing)", arg, drainPolicy(d.Finalizers))
+	breakGlass := fmt.Sprintf("to let it go without its teardown (break glass): kubectl teardown abandon %s --reason \"...\" (its runs are marked Abandoned), or kubectl teardown drain --policy %s (removes the finalizer, running nothing)", arg, drainPolicy(d.Finalizers, d.Namespace))
 	switch {
 	case len(d.Finalizers) == 0:
 		return true, "no teardown finalizer holds it: its deletion waits for other controllers only"
 	case op.down():
-		return false, fmt.Sprintf("nobody acts on it: no replica of the operator has held its lease %s since %s, so no run starts or goes on; start the operator (scale its Deployment up); %s",
-			op.Lease, op.Since.UTC().Format(time.RFC3339), breakGlass)
+		// abandon needs the operator to act on the annotation: only drain works without it.
+		return false, fmt.Sprintf("nobody acts on it: no replica of the operator has held its lease %s since %s, so no run starts or goes on; start the operator (scale its Deployment up); to let it go without its teardown while the operator is gone (break glass): kubectl teardown drain --policy %s (removes the finalizer, running nothing)",
+			op.Lease, op.Since.UTC().Format(time.RFC3339), drainPolicy(d.Finalizers, d.Namespace))
 	case !haveRuns && op.Known:
 		return false, fmt.Sprintf("nobody acts on it: no run exists for it, though the operator runs; see the policies below (a policy deleted, not Ready or suspended starts none) and the operator's log; %s", breakGlass)
 	case !haveRuns:
@@ -136,7 +140,7 @@ func printDeletion(w io.Writer, rep *planReport) {
 }
 
 // drainPolicy names the policy of the first teardown finalizer as drain --policy takes it.
-func drainPolicy(finalizers []string) string {
+func drainPolicy(finalizers []string, namespace string) string {
 	if len(finalizers) == 0 {
 		return "POLICY"
 	}
@@ -144,7 +148,7 @@ func drainPolicy(finalizers []string) string {
 	if prefix == strings.ToLower(policy.KindCluster)+"."+naming.Domain {
 		return policy.KindCluster + "/" + name
 	}
-	return policy.KindNamespaced + "/" + name
+	return withNamespace(policy.KindNamespaced+"/"+name, namespace)
 }
 
 func orNone(s []string) string {

@@ -95,7 +95,9 @@ func TestJudgeDeletion(t *testing.T) {
 		acting          bool
 		words           []string
 	}{
-		"operator down":            {held, true, false, down, false, []string{"nobody acts", "since 2030-01-01T00:00:00Z", "start the operator", "drain --policy ClusterTeardownPolicy/archive", "abandon cm/x"}},
+		"operator down": {held, true, false, down, false, []string{"nobody acts", "since 2030-01-01T00:00:00Z", "start the operator", "drain --policy ClusterTeardownPolicy/archive"}},
+		"operator down, a TeardownPolicy's finalizer": {&planDeletion{Finalizers: []string{"teardownpolicy.teardown.dev/grace"}, Namespace: "shop"}, false, false, down, false,
+			[]string{"drain --policy TeardownPolicy/grace -n shop"}},
 		"no run, operator running": {held, false, false, up, false, []string{"no run exists", "abandon cm/x"}},
 		"no run, operator unknown": {held, false, false, unknown, false, []string{"unknown (no lease)", "start it"}},
 		"a run in flight":          {held, true, false, up, true, []string{"kubectl teardown status cm/x"}},
@@ -112,6 +114,9 @@ func TestJudgeDeletion(t *testing.T) {
 				if !strings.Contains(msg, w) {
 					t.Errorf("%q does not say %q", msg, w)
 				}
+			}
+			if tc.op.down() && strings.Contains(msg, "abandon") {
+				t.Errorf("%q suggests abandon, which needs the operator running", msg)
 			}
 		})
 	}
