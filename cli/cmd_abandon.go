@@ -66,6 +66,11 @@ func (r *root) abandon(ctx context.Context, arg, reason string, timeout time.Dur
 		fmt.Fprintln(out, "a delete request in flight (trigger DeleteRequest) is cancelled and the object's veto lifted, so that kubectl delete releases it")
 		return nil
 	}
+	if op := r.kube.operator(ctx); op.down() {
+		// The annotation waits for the operator; only drain releases the object without it.
+		return &ExitError{Code: ExitFindings, Err: fmt.Errorf("nothing is abandoned yet: %s; the annotation takes effect once it is back. To release the object now without it: kubectl teardown drain --policy %s",
+			strings.TrimPrefix(op.String(), "operator: "), drainPolicy(teardownFinalizers(obj.GetFinalizers()), obj.GetNamespace()))}
+	}
 	var runs []v1alpha1.TeardownRun
 	uid := obj.GetUID()
 	err = wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
@@ -78,7 +83,7 @@ func (r *root) abandon(ctx context.Context, arg, reason string, timeout time.Dur
 	}
 	switch {
 	case wait.Interrupted(err) && len(runs) > 0:
-		fmt.Fprintf(out, "not every run finished within %s (is the operator running?)\n", timeout)
+		fmt.Fprintf(out, "not every run finished within %s (%s)\n", timeout, r.kube.operator(ctx))
 	case err != nil && !wait.Interrupted(err):
 		return err
 	}

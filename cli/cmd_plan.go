@@ -139,7 +139,7 @@ func (r *root) plan(ctx context.Context, arg string) (*planReport, error) {
 	rep := &planReport{Object: describeObject(t.GVK.Kind, t.Object), Operator: operatorReport(op),
 		Deleting: r.deletion(ctx, arg, t, op), OtherNamespaces: r.kube.policiesElsewhere(ctx, t, views)}
 	for _, v := range views {
-		rep.Policies = append(rep.Policies, r.planPolicy(ctx, compiler, v, t))
+		rep.Policies = append(rep.Policies, r.planPolicy(ctx, compiler, v, t, op))
 	}
 	rep.Delete = r.kube.dryRunDelete(ctx, t.Object)
 	if r.kube.clusterPoliciesHidden {
@@ -148,8 +148,20 @@ func (r *root) plan(ctx context.Context, arg string) (*planReport, error) {
 	return rep, nil
 }
 
+// notArmedWhy says why a policy that selects an object has not put its finalizer on it yet.
+func notArmedWhy(op operatorState) string {
+	switch {
+	case op.down():
+		return fmt.Sprintf("selected, but the finalizer is not on the object: the operator is not running (no replica has held its lease since %s), so nothing arms it; deleted now, it would go without this teardown",
+			op.Since.UTC().Format(time.RFC3339))
+	case op.Held:
+		return "selected, but the finalizer is not on the object yet: the running operator adds it within seconds of a change"
+	}
+	return "selected, but the finalizer is not on the object yet (is the operator running? " + op.Why + ")"
+}
+
 // planPolicy reports one policy that targets the object's kind.
-func (r *root) planPolicy(ctx context.Context, compiler *policy.Compiler, v policy.View, t *target) policyReport {
+func (r *root) planPolicy(ctx context.Context, compiler *policy.Compiler, v policy.View, t *target, op operatorState) policyReport {
 	pr := policyReport{Policy: v.Key.String(), Finalizer: v.Key.Finalizer()}
 	if c := readyCondition(v.Status); c != nil && c.Status != "True" {
 		pr.Why = fmt.Sprintf("the policy is not Ready (%s: %s)", c.Reason, c.Message)
@@ -166,7 +178,7 @@ func (r *root) planPolicy(ctx context.Context, compiler *policy.Compiler, v poli
 	}
 	pr.Protects = true
 	if !slices.Contains(t.Object.GetFinalizers(), c.Finalizer) {
-		pr.Why = "selected, but the finalizer is not on the object yet (is the operator running?)"
+		pr.Why = notArmedWhy(op)
 	}
 	if c.Suspended {
 		pr.Why = "the policy is suspended: deleting the object would not run this pipeline"
