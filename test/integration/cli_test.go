@@ -17,7 +17,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,7 +25,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -82,17 +80,6 @@ func kubectlTeardownOnTerminal(input string, args ...string) (stdout, stderr str
 	code = cli.Run(cli.NewCommand(streams), append(flags, args...))
 	GinkgoWriter.Printf("$ kubectl teardown %s (on a terminal, typed %q)\n%s%s(exit %d)\n", strings.Join(args, " "), input, out.String(), errOut.String(), code)
 	return out.String(), errOut.String(), code
-}
-
-// holdLease makes the operator's lease look held by a running replica until the spec ends.
-func holdLease(ctx context.Context) {
-	GinkgoHelper()
-	now := metav1.NewMicroTime(time.Now())
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: runNamespace, Name: v1alpha1.LeaderElectionLease},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("teardown-operator-7d9c-x2x4q_1"), LeaseDurationSeconds: ptr.To(int32(3600)),
-			AcquireTime: &now, RenewTime: &now}}
-	Expect(k8s.Create(ctx, lease)).To(Succeed())
-	DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, lease))).To(Succeed()) })
 }
 
 // expectOneLineError checks a failure's stderr: one line "error: ...", no panic.
@@ -397,7 +384,7 @@ var _ = Describe("kubectl teardown", func() {
 		ns := newNamespace(ctx)
 		p := namespacedPolicy(ns, "leased", waitStep("hold", time.Hour))
 		cm := protect(ctx, p, "idle")
-		holdLease(ctx)
+		setLease(ctx, "teardown-operator-7d9c-x2x4q_1", time.Now(), time.Hour)
 
 		_, errOut, code := kubectlTeardown("drain", "--all", "--yes")
 		Expect(code).To(Equal(cli.ExitUsage))

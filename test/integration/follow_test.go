@@ -10,10 +10,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
@@ -235,16 +233,6 @@ var _ = Describe("Following teardowns with kubectl teardown", func() {
 	})
 })
 
-// The operator's lease, as a replica that stopped an hour ago left it.
-func staleLease() *coordinationv1.Lease {
-	renewed := metav1.NewMicroTime(time.Now().Add(-time.Hour))
-	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: runNamespace, Name: v1alpha1.LeaderElectionLease},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("teardown-operator-7d9c-x2x4q_1"), LeaseDurationSeconds: ptr.To[int32](15),
-			AcquireTime: &renewed, RenewTime: &renewed},
-	}
-}
-
 var _ = Describe("kubectl teardown status while the operator is down", Serial, func() {
 	ctx := context.Background()
 
@@ -257,9 +245,7 @@ var _ = Describe("kubectl teardown status while the operator is down", Serial, f
 
 		stopOperator()
 		DeferCleanup(func() { stopOperator = startOperator() })
-		lease := staleLease()
-		Expect(k8s.Create(ctx, lease)).To(Succeed())
-		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, lease))).To(Succeed()) })
+		lease := setLease(ctx, "teardown-operator-7d9c-x2x4q_1", time.Now().Add(-time.Hour), 15*time.Second)
 		Expect(k8s.Delete(ctx, cm)).To(Succeed())
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
 

@@ -7,27 +7,10 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/cli"
 )
-
-// setLease writes the operator's leader election lease in the run namespace as a replica left
-// it: renewed at renewed, for duration; the suite's operator runs without leader election, so
-// the lease says what the spec wants.
-func setLease(ctx context.Context, holder string, renewed time.Time, duration time.Duration) {
-	GinkgoHelper()
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: runNamespace, Name: v1alpha1.LeaderElectionLease}}
-	_ = k8s.Delete(ctx, lease)
-	lease.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To(int32(duration / time.Second)),
-		AcquireTime: ptr.To(metav1.NewMicroTime(renewed.Add(-time.Hour))), RenewTime: ptr.To(metav1.NewMicroTime(renewed))}
-	Eventually(func() error { return k8s.Create(ctx, lease) }, 5*time.Second).Should(Succeed())
-	DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, lease))).To(Succeed()) })
-}
 
 // planDeletionJSON is the part of plan -o json about an object being deleted.
 type planDeletionJSON struct {
@@ -85,9 +68,16 @@ var _ = Describe("kubectl teardown plan", func() {
 			ContainSubstring("no run exists for it"),
 			ContainSubstring("nobody acts on it: no replica of the operator has held its lease"),
 			ContainSubstring("start the operator"),
-			ContainSubstring("kubectl teardown abandon configmap/orders"),
-			ContainSubstring("kubectl teardown drain --policy TeardownPolicy/hold"),
+			ContainSubstring("kubectl teardown drain --policy TeardownPolicy/hold -n "+ns),
 			ContainSubstring("delete: the object is already being deleted")))
+		Expect(out).NotTo(ContainSubstring("kubectl teardown abandon"), "abandon needs the operator running")
+
+		By("an object created while the operator is down is selected but not armed: deleted now, it would go without its teardown")
+		late := configMap(ns, "late", map[string]string{"app": p.Name})
+		Expect(k8s.Create(ctx, late)).To(Succeed())
+		out, errOut, code = kubectlTeardown("plan", "configmap/late", "-n", ns)
+		Expect(code).To(Equal(cli.ExitOK), errOut)
+		Expect(out).To(ContainSubstring("the operator is not running (no replica has held its lease since " + down.UTC().Format(time.RFC3339) + "), so nothing arms it; deleted now, it would go without this teardown"))
 		rep := planJSONOf("configmap/orders", "-n", ns)
 		Expect(rep.Operator.State).To(Equal("not running"))
 		Expect(rep.Operator.Since).To(Equal(down.UTC().Format(time.RFC3339)))

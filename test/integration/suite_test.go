@@ -12,6 +12,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -253,4 +254,18 @@ func update[T client.Object](ctx context.Context, obj T, mutate func(T)) {
 		mutate(obj)
 		return k8s.Update(ctx, obj)
 	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+}
+
+// setLease writes the operator's leader election lease in the run namespace as a replica left
+// it: renewed at renewed, for duration; the suite's operator runs without leader election, so
+// the lease says what the spec wants.
+func setLease(ctx context.Context, holder string, renewed time.Time, duration time.Duration) *coordinationv1.Lease {
+	GinkgoHelper()
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: runNamespace, Name: v1alpha1.LeaderElectionLease}}
+	_ = k8s.Delete(ctx, lease)
+	lease.Spec = coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To(int32(duration / time.Second)),
+		AcquireTime: ptr.To(metav1.NewMicroTime(renewed.Add(-time.Hour))), RenewTime: ptr.To(metav1.NewMicroTime(renewed))}
+	Eventually(func() error { return k8s.Create(ctx, lease) }, 5*time.Second).Should(Succeed())
+	DeferCleanup(func() { Expect(client.IgnoreNotFound(k8s.Delete(ctx, lease))).To(Succeed()) })
+	return lease
 }
