@@ -63,7 +63,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	r := &root{streams: streams, flags: genericclioptions.NewConfigFlags(true)}
 	cmd := &cobra.Command{
 		Use:   "kubectl-teardown",
-		Short: "Lint, test and plan teardown policies; follow, retry, abandon and drain teardowns",
+		Short: "Lint, test and plan teardown policies; follow, retry, request, abandon and drain teardowns",
 		Long: `kubectl teardown works with teardown-operator's policies and runs.
 
 Offline (no cluster), for GitOps CI:
@@ -74,6 +74,7 @@ Against a cluster:
   plan     show what deleting an object would run, now, without running it
   status   show runs in flight, one run or object followed to its end, a policy's runs
   retry    resume a Failed run from its failed step, and follow it
+  delete   request the deletion of an object whose pipeline runs before the DELETE (DeleteRequest)
   abandon  break glass: release an object without finishing its teardown
   drain    release every teardown finalizer (before uninstalling the operator)
   kinds    dump the cluster's kinds for lint --kinds`,
