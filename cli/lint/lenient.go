@@ -3,14 +3,12 @@ package lint
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/cli/manifest"
 	cschema "github.com/teardown-dev/teardown-operator/cli/schema"
@@ -91,14 +89,7 @@ func lenientPolicyOf(u *unstructured.Unstructured, namespace string) (policy.Vie
 	if err := json.Unmarshal(raw, obj); err != nil && !errors.As(err, &typeErr) {
 		return policy.View{}, err
 	}
-	p, ok := obj.(client.Object)
-	if !ok {
-		return policy.View{}, fmt.Errorf("%s is not a teardown policy", u.GetKind())
-	}
-	if u.GetKind() == policy.KindNamespaced && p.GetNamespace() == "" {
-		p.SetNamespace(namespace)
-	}
-	return policy.ViewOf(p)
+	return viewIn(obj, u.GetKind(), namespace)
 }
 
 // dropScalar removes the value at path (spec.steps[0].timeout) from obj when it is no object or

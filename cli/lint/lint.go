@@ -250,11 +250,17 @@ func PolicyOf(u *unstructured.Unstructured, namespace string) (policy.View, erro
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj); err != nil {
 		return policy.View{}, err
 	}
+	return viewIn(obj, u.GetKind(), namespace)
+}
+
+// viewIn is the view of a decoded policy of kind; a TeardownPolicy that names no namespace is
+// in namespace, where kubectl apply -n would put it.
+func viewIn(obj runtime.Object, kind, namespace string) (policy.View, error) {
 	p, ok := obj.(client.Object)
 	if !ok {
-		return policy.View{}, fmt.Errorf("%s is not a teardown policy", u.GetKind())
+		return policy.View{}, fmt.Errorf("%s is not a teardown policy", kind)
 	}
-	if u.GetKind() == policy.KindNamespaced && p.GetNamespace() == "" {
+	if kind == policy.KindNamespaced && p.GetNamespace() == "" {
 		p.SetNamespace(namespace)
 	}
 	return policy.ViewOf(p)

@@ -65,21 +65,25 @@ func InstallCRDs(ctx context.Context, c client.Client, dir string) error {
 		if err := utilyaml.Unmarshal(raw, crd); err != nil {
 			return fmt.Errorf("%s: %w", f, err)
 		}
-		existing := &apiextensionsv1.CustomResourceDefinition{}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(crd), existing); err == nil {
-			crd.ResourceVersion = existing.ResourceVersion
-			err = c.Update(ctx, crd)
-			if err != nil {
-				return fmt.Errorf("updating %s: %w", crd.Name, err)
-			}
-		} else if err := c.Create(ctx, crd); err != nil {
-			return fmt.Errorf("creating %s: %w", crd.Name, err)
-		}
-		if err := waitEstablished(ctx, c, crd.Name); err != nil {
+		if err := InstallCRD(ctx, c, crd); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// InstallCRD creates or updates crd and waits until it is established.
+func InstallCRD(ctx context.Context, c client.Client, crd *apiextensionsv1.CustomResourceDefinition) error {
+	existing := &apiextensionsv1.CustomResourceDefinition{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(crd), existing); err == nil {
+		crd.ResourceVersion = existing.ResourceVersion
+		if err := c.Update(ctx, crd); err != nil {
+			return fmt.Errorf("updating %s: %w", crd.Name, err)
+		}
+	} else if err := c.Create(ctx, crd); err != nil {
+		return fmt.Errorf("creating %s: %w", crd.Name, err)
+	}
+	return waitEstablished(ctx, c, crd.Name)
 }
 
 func waitEstablished(ctx context.Context, c client.Client, name string) error {

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
 var _ = Describe("Policies", func() {
@@ -124,15 +125,7 @@ var _ = Describe("Policies", func() {
 		Expect(err).NotTo(HaveOccurred())
 		crd := &apiextensionsv1.CustomResourceDefinition{}
 		Expect(yaml.Unmarshal(raw, crd)).To(Succeed())
-		Expect(k8s.Create(ctx, crd)).To(Succeed())
-		Eventually(func(g Gomega) {
-			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(crd), crd)).To(Succeed())
-			established := false
-			for _, c := range crd.Status.Conditions {
-				established = established || c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue
-			}
-			g.Expect(established).To(BeTrue())
-		}, 10*time.Second).Should(Succeed())
+		Expect(framework.InstallCRD(ctx, k8s, crd)).To(Succeed())
 
 		expectReady(ctx, p, metav1.ConditionTrue)
 		w := &unstructured.Unstructured{}
@@ -156,15 +149,7 @@ var _ = Describe("Policies", func() {
 		Expect(yaml.Unmarshal(raw, crd)).To(Succeed())
 		// The same schema under a group of this spec's own, so that removing it touches no other spec.
 		crd.Name, crd.Spec.Group = "widgets.removed.teardown.dev", "removed.teardown.dev"
-		Expect(k8s.Create(ctx, crd)).To(Succeed())
-		Eventually(func(g Gomega) {
-			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(crd), crd)).To(Succeed())
-			established := false
-			for _, c := range crd.Status.Conditions {
-				established = established || c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue
-			}
-			g.Expect(established).To(BeTrue())
-		}, 10*time.Second).Should(Succeed())
+		Expect(framework.InstallCRD(ctx, k8s, crd)).To(Succeed())
 		p := namespacedPolicy(ns, "widgets", waitStep("a", 0))
 		p.Spec.TargetRef = v1alpha1.TargetReference{APIVersion: "removed.teardown.dev/v1", Kind: "Widget"}
 		p.Spec.Selector = nil
