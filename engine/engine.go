@@ -8,7 +8,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -153,12 +152,9 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 	e.compiler = policy.NewCompiler(env, e.kinds, policy.KindScope(mgr.GetRESTMapper()))
 	e.watches = watch.NewManager(mc, mgr.GetRESTMapper(), e.route, opts.Resync, ctrl.Log.WithName("watch"))
 	e.wake.watches = e.watches
-	e.watches.OnUnserved(e.wakePoliciesOf)
-	dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
-	if err != nil {
-		return nil, fmt.Errorf("discovery client: %w", err)
+	if e.served, err = e.newServedKinds(mgr.GetConfig()); err != nil {
+		return nil, err
 	}
-	e.served = servedKinds{discovery: dc, watches: e.watches}
 	e.fin = &finalizerWriter{client: e.client, metadata: mc, reader: e.reader, watches: e.watches}
 	if err := mgr.Add(e.watches); err != nil {
 		return nil, err

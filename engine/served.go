@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/engine/watch"
@@ -19,6 +21,17 @@ import (
 type servedKinds struct {
 	discovery discovery.DiscoveryInterface
 	watches   *watch.Manager
+}
+
+// newServedKinds asks discovery with cfg; a kind whose informer is answered NotFound wakes the
+// policies that target it.
+func (e *Engine) newServedKinds(cfg *rest.Config) (servedKinds, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return servedKinds{}, fmt.Errorf("discovery client: %w", err)
+	}
+	e.watches.OnUnserved(e.wakePoliciesOf)
+	return servedKinds{discovery: dc, watches: e.watches}, nil
 }
 
 // gone reports whether gvk is no longer served, and since when its informer has been told so.
