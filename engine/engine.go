@@ -110,14 +110,9 @@ func (k TargetKey) String() string {
 
 // Setup builds the engine and registers its controllers and watches with mgr.
 func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...steps.Factory) (*Engine, error) {
-	if opts.RunNamespace == "" {
-		return nil, fmt.Errorf("engine: RunNamespace is required")
-	}
-	if opts.TargetWorkers <= 0 {
-		opts.TargetWorkers = 1
-	}
-	if opts.RunWorkers <= 0 {
-		opts.RunWorkers = 1
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	env, err := expr.NewEnv()
 	if err != nil {
@@ -171,6 +166,15 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 		return nil, err
 	}
 	return e, nil
+}
+
+// withDefaults checks the options and fills in the worker counts left unset.
+func (o Options) withDefaults() (Options, error) {
+	if o.RunNamespace == "" {
+		return o, fmt.Errorf("engine: RunNamespace is required")
+	}
+	o.TargetWorkers, o.RunWorkers = max(o.TargetWorkers, 1), max(o.RunWorkers, 1)
+	return o, nil
 }
 
 // Shutdown sends the events the engine still holds, for up to 5 s, and stops sending. Call it
