@@ -69,7 +69,7 @@ func (r *root) abandon(ctx context.Context, arg, reason string, timeout time.Dur
 	if op := r.kube.operator(ctx); op.down() {
 		// The annotation waits for the operator; only drain releases the object without it.
 		return &ExitError{Code: ExitFindings, Err: fmt.Errorf("nothing is abandoned yet: %s; the annotation takes effect once it is back. To release the object now without it: kubectl teardown drain --policy %s",
-			strings.TrimPrefix(op.String(), "operator: "), drainPolicy(teardownFinalizers(obj.GetFinalizers()), obj.GetNamespace()))}
+			op, drainPolicy(teardownFinalizers(obj.GetFinalizers()), obj.GetNamespace()))}
 	}
 	var runs []v1alpha1.TeardownRun
 	uid := obj.GetUID()

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -112,6 +113,15 @@ func (r *root) requestDelete(ctx context.Context, arg string, o *deleteOptions) 
 			fmt.Fprintf(out, "teardownrun %s/%s was cancelled (%s): this request starts it over from its first step\n",
 				run.Namespace, run.Name, run.Status.CancelledBy)
 		}
+	}
+	if op := r.kube.operator(ctx); op.down() {
+		// The request waits for the operator: waiting here would only run out the timeout.
+		msg := fmt.Sprintf("nothing is deleted yet: %s; the request is acted on once it is back", op)
+		if !o.wait {
+			fmt.Fprintln(r.streams.ErrOut, "warning: "+msg)
+			return nil
+		}
+		return &ExitError{Code: ExitFindings, Err: errors.New(msg)}
 	}
 	if !o.wait {
 		return nil

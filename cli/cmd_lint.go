@@ -28,7 +28,8 @@ func (r *root) lintCommand() *cobra.Command {
 stdin such as kustomize build output), skips what is not a TeardownPolicy or ClusterTeardownPolicy,
 and checks each policy against the CRD schema and with the operator's compiler. It also flags what
 compiles but is risky: ` + strings.Join(lint.RiskCodes, ", ") + `.
-A policy accepts a risk with the annotation ` + lint.AnnotationIgnore + `: "<code>,...".
+A policy accepts a risk with the annotation ` + lint.AnnotationIgnore + `: "<code>,..."; a code there
+that is none of these is flagged itself (` + lint.RiskUnknownIgnore + `).
 List documents (kubectl get -o yaml) are linted item by item.
 
 Exit status: 0 clean, 1 problems found, 2 usage error (no such file, not YAML, no policy found).`,
@@ -72,7 +73,7 @@ func (r *root) lint(ctx context.Context, args []string, o *lintOptions) error {
 	}
 	res := l.Lint(ctx, docs)
 	if res.Policies == 0 && res.Errors == 0 {
-		return usageError("no TeardownPolicy or ClusterTeardownPolicy in %s (%d other documents)", strings.Join(args, ", "), res.Documents)
+		return usageError("no TeardownPolicy or ClusterTeardownPolicy in %s (%d other %s)", strings.Join(args, ", "), res.Documents, plural(res.Documents, "document", "documents"))
 	}
 	if err := r.printLint(res, o.output); err != nil {
 		return err

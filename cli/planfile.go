@@ -91,7 +91,11 @@ func printFileReports(w io.Writer, reports []fileReport) {
 			fmt.Fprintf(w, "%s %s\n", rep.Policy, rep.Error)
 			continue
 		}
-		fmt.Fprintf(w, "%s would protect %d %s:\n", rep.Policy, len(rep.Protects), plural(len(rep.Protects), "object", "objects"))
+		colon := ":"
+		if len(rep.Protects)+len(rep.Skips) == 0 {
+			colon = ""
+		}
+		fmt.Fprintf(w, "%s would protect %d %s%s\n", rep.Policy, len(rep.Protects), plural(len(rep.Protects), "object", "objects"), colon)
 		for _, o := range rep.Protects {
 			fmt.Fprintf(w, "  %s\n", o)
 		}

@@ -131,6 +131,7 @@ func stopTimeout(ref operatorRef, left []string, timeout time.Duration) error {
 	if n > stopNamed {
 		names += ", ..."
 	}
-	return fmt.Errorf("--stop-operator: %d %s of deployment %s still %s after %s (%s); the deployment is at 0 replicas, and nothing was drained",
-		n, plural(n, "pod", "pods"), ref, plural(n, "remains", "remain"), timeout, names)
+	// Exit 1, not 2: the Deployment was scaled to 0, so something was done.
+	return &ExitError{Code: ExitFindings, Err: fmt.Errorf("--stop-operator: %d %s of deployment %s still %s after %s (%s); the deployment is at 0 replicas, and nothing was drained",
+		n, plural(n, "pod", "pods"), ref, plural(n, "remains", "remain"), timeout, names)}
 }

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/cli"
 )
 
 // racingController stands for the controller of a kind that acts the moment deletion starts
@@ -320,6 +321,33 @@ var _ = Describe("Two-phase delete requested again with kubectl teardown delete"
 		Expect(run.Status.Phase).To(Equal(v1alpha1.RunSucceeded))
 		Expect(run.Status.RequestedBy).To(ContainSubstring(`"hank: for real"`))
 		Expect(run.Status.RequestedBy).To(ContainSubstring("set by field manager kubectl-teardown"))
+	})
+})
+
+var _ = Describe("kubectl teardown delete while the operator is down", Serial, func() {
+	ctx := context.Background()
+
+	BeforeEach(func() { installDeletionGuardPolicy(ctx) })
+
+	It("records the request, says nothing acts on it, and exits 1 at once rather than wait out its timeout", func() {
+		cliKubeconfig = writeKubeconfig(cfg)
+		ns := newNamespace(ctx)
+		cm := protect(ctx, twoPhasePolicy(ns, "export", 0), "orders")
+		stopOperator()
+		DeferCleanup(func() { stopOperator = startOperator() })
+		setLease(ctx, "teardown-operator-7d9c-x2x4q_1", time.Now().Add(-time.Hour), 15*time.Second)
+
+		start := time.Now()
+		out, errOut, code := kubectlTeardown("delete", "configmap/orders", "-n", ns, "--reason", "ivan: retired", "--timeout", "1m")
+		Expect(code).To(Equal(cli.ExitFindings), out)
+		Expect(time.Since(start)).To(BeNumerically("<", 20*time.Second), "it must not wait out --timeout")
+		expectOneLineError(errOut, "nothing is deleted yet: operator: NOT RUNNING")
+		Expect(annotationsOf(ctx, cm)).To(HaveKeyWithValue(v1alpha1.AnnotationDeleteRequested, "ivan: retired"))
+		alive(ctx, cm)
+
+		_, errOut, code = kubectlTeardown("delete", "configmap/orders", "-n", ns, "--reason", "ivan: retired", "--wait=false")
+		Expect(code).To(Equal(cli.ExitOK), errOut)
+		Expect(errOut).To(HavePrefix("warning: nothing is deleted yet"))
 	})
 })
 
