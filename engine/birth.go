@@ -37,7 +37,10 @@ func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c 
 	// veto to be lifted (deleteTarget): the run controller does it, as for any run in flight.
 	deletes := releases && c.TwoPhase() && phase != v1alpha1.RunAbandoned
 	switch {
-	case !phase.Finished() || deletes:
+	case !phase.Finished() || deletes || !releases:
+		// Its own finalizer marks a run that still owes something: a pipeline in flight, an
+		// object to delete, or (failed under Retain) a teardown still owed, kept until it is
+		// retried to success or abandoned, so that deleting the run by hand loses nothing.
 		controllerutil.AddFinalizer(run, v1alpha1.FinalizerRun)
 	case releases:
 		run.Labels[v1alpha1.LabelReleased] = "true" // a record from the start: never cached

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -167,6 +168,29 @@ var _ = Describe("Run history", func() {
 		Expect(run).NotTo(BeNil(), "a failed pipeline is always recorded")
 		Expect(run.Status.Phase).To(Equal(v1alpha1.RunFailed))
 		Expect(run.Status.Step("broken").Message).To(ContainSubstring("when: "))
+	})
+
+	// Issue: a run that failed in its first pass was recorded without its own finalizer, so
+	// deleting it by hand lost the record of a teardown still owed, and the next reconcile of the
+	// object ran the whole pipeline again.
+	It("holds its own finalizer on a run that fails in its first pass and keeps its object, until it is abandoned", func() {
+		ns := newNamespace(ctx)
+		api.handle(ns, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "no", http.StatusForbidden) })
+		p := namespacedPolicy(ns, "export", httpStep("notify", v1alpha1.HTTPStep{Method: "POST", URL: api.url(ns, "/notify")}))
+		p.Spec.Steps[0].Retry = &v1alpha1.RetryPolicy{Limit: 0}
+		cm := protect(ctx, p, "orders")
+		Expect(k8s.Delete(ctx, cm)).To(Succeed())
+		Eventually(runPhase(ctx, cm), 10*time.Second).Should(Equal(v1alpha1.RunFailed))
+		run := runFor(ctx, cm)()
+		Expect(run.Status.Step("notify").Attempts).To(Equal(int32(1)), "it failed in the pass that recorded it")
+		Expect(run.Finalizers).To(ContainElement(v1alpha1.FinalizerRun), "a Failed run that keeps its object is a teardown still owed")
+
+		By("deleted by hand, it stays until the teardown is abandoned, and the pipeline is not run again")
+		Expect(k8s.Delete(ctx, run)).To(Succeed())
+		Consistently(func() bool { return gone(ctx, run)() }, 2*time.Second).Should(BeFalse())
+		breakGlass(ctx, cm)
+		Eventually(gone(ctx, run), 10*time.Second).Should(BeTrue())
+		Expect(api.calls(ns, "POST /"+ns+"/notify")()).To(Equal(1))
 	})
 
 	It("labels a run that released its object a record, and deletes it after --run-retention", Serial, func() {
