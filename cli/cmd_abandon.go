@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -76,7 +77,8 @@ func (r *root) abandon(ctx context.Context, arg, reason string, timeout time.Dur
 	err = wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
 		var err error
 		runs, err = r.kube.runsOf(ctx, uid, obj.GetNamespace())
-		return err == nil && allFinished(runs), err
+		// A Failed run that keeps its object is finished already: it is done once it let go.
+		return err == nil && allFinished(runs) && !slices.ContainsFunc(runs, keepsObject), err
 	})
 	for i := range runs {
 		fmt.Fprintf(out, "teardownrun %s/%s is %s\n", runs[i].Namespace, runs[i].Name, phaseOf(&runs[i]))

@@ -310,6 +310,19 @@ var _ = Describe("kubectl teardown", func() {
 		run := runFor(ctx, cm)()
 		Expect(run.Status.Phase).To(Equal(v1alpha1.RunAbandoned))
 		Expect(run.Status.AbandonedBy).To(ContainSubstring("alice: INC-4211 snapshot taken by hand"))
+
+		By("a Failed run that keeps its object is followed until it let go, not reported Failed at once")
+		api.handle(ns, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "no", http.StatusForbidden) })
+		failing := namespacedPolicy(ns, "failing", httpStep("notify", v1alpha1.HTTPStep{Method: "POST", URL: api.url(ns, "/notify")}))
+		failing.Spec.Steps[0].Retry = &v1alpha1.RetryPolicy{Limit: 0}
+		kept := protect(ctx, failing, "kept")
+		Expect(k8s.Delete(ctx, kept)).To(Succeed())
+		Eventually(runPhase(ctx, kept), 10*time.Second).Should(Equal(v1alpha1.RunFailed))
+		out, errOut, code = kubectlTeardown("abandon", "configmap/kept", "-n", ns, "--reason", "alice: the API is gone for good")
+		Expect(code).To(Equal(cli.ExitOK), errOut)
+		Expect(out).To(MatchRegexp(`teardownrun ` + ns + `/\S+ is Abandoned`))
+		Expect(out).NotTo(ContainSubstring("is Failed"))
+		Eventually(gone(ctx, kept), 10*time.Second).Should(BeTrue())
 	})
 
 	It("drains teardown finalizers once the operator is stopped, and keeps other controllers' finalizers", Serial, func() {
