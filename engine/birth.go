@@ -91,7 +91,7 @@ type snapshotFunc func(ctx context.Context, run *v1alpha1.TeardownRun) (bool, er
 func (r *runReconciler) recordedHere(c *policy.Compiled, key TargetKey, uid types.UID) bool {
 	name := naming.RunName(c.Key.Kind, c.Key.Namespace, c.Key.Name, key.Name, uid)
 	for _, ns := range []string{key.Namespace, r.runNamespace} {
-		if ns != "" && r.written.known(types.NamespacedName{Namespace: ns, Name: name}) {
+		if ns != "" && r.written.Known(types.NamespacedName{Namespace: ns, Name: name}) {
 			return true
 		}
 	}
@@ -115,7 +115,7 @@ func (r *runReconciler) record(ctx context.Context, run *v1alpha1.TeardownRun) (
 		return false, fmt.Errorf("recording run %s/%s: %w", run.Namespace, run.Name, err)
 	}
 	if run.Labels[v1alpha1.LabelReleased] == "" {
-		r.written.set(client.ObjectKeyFromObject(run), run.ResourceVersion)
+		r.written.Set(client.ObjectKeyFromObject(run), run.ResourceVersion)
 	}
 	return true, nil
 }

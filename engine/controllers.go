@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine/policy"
-	"github.com/teardown-dev/teardown-operator/internal/lookup"
-	"github.com/teardown-dev/teardown-operator/steps"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,6 +15,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/ownwrites"
+	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/internal/lookup"
+	"github.com/teardown-dev/teardown-operator/steps"
 )
 
 // policyWorkers is how many policies are reconciled at once per kind: policies are few and their
@@ -45,7 +48,7 @@ func (e *Engine) setupPolicies(mgr manager.Manager) error {
 	for kind, obj := range map[string]client.Object{policy.KindNamespaced: &v1alpha1.TeardownPolicy{}, policy.KindCluster: &v1alpha1.ClusterTeardownPolicy{}} {
 		r := &policyReconciler{kind: kind, client: e.client, reader: e.reader, registry: e.registry, compiler: e.compiler,
 			watches: e.watches, metrics: e.metrics, matchErrs: e.matchErrs, stuckAfter: e.opts.StuckAfter,
-			fin: e.fin, reads: e.reads, wake: e.wake, served: e.served, statusWritten: newWrittenVersions(), dryRuns: dryRuns}
+			fin: e.fin, reads: e.reads, wake: e.wake, served: e.served, statusWritten: ownwrites.NewVersions[types.NamespacedName](), dryRuns: dryRuns}
 		err := builder.ControllerManagedBy(mgr).
 			Named(kind).
 			// The policy's own status writes must not wake it: each would recount and write again

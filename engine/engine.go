@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/ownwrites"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/engine/watch"
 	"github.com/teardown-dev/teardown-operator/internal/expr"
@@ -67,11 +68,11 @@ type Engine struct {
 	lookups *interest[reconcile.Request]
 	// guards records the kinds the deletion guards of protected objects look up.
 	guards  *interest[TargetKey]
-	written *writtenVersions
+	written *ownwrites.Versions[types.NamespacedName]
 	// released are the finalizers this engine removed that the target cache may still show.
-	released *releasedTargets
+	released *ownwrites.Releases[TargetKey]
 	// echoes are the finalizer writes of live objects whose watch events are not reconciled.
-	echoes *armingEchoes
+	echoes *ownwrites.Echoes[TargetKey]
 	kinds  steps.Registry
 	// matchErrs are the objects whose match fails to evaluate, per policy.
 	matchErrs *matchErrors
@@ -129,9 +130,9 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 		registry:  policy.NewRegistry(),
 		lookups:   newInterest[reconcile.Request](),
 		guards:    newInterest[TargetKey](),
-		written:   newWrittenVersions(),
-		released:  newReleasedTargets(),
-		echoes:    newArmingEchoes(),
+		written:   ownwrites.NewVersions[types.NamespacedName](),
+		released:  ownwrites.NewReleases[TargetKey](),
+		echoes:    ownwrites.NewEchoes[TargetKey](),
 		matchErrs: newMatchErrors(),
 		metrics:   newMetrics(),
 	}
@@ -227,13 +228,13 @@ func (e *Engine) route(ev watch.Event) {
 	o := ev.Object
 	tkey := NewTargetKey(ev.GVK, o.Namespace, o.Name)
 	// An update that is the echo of an arming write reconciles nothing; any event forgets it.
-	echo := e.echoes.echo(tkey, ev.Old, o)
+	echo := e.echoes.Echo(tkey, ev.Old, o)
 	if !ev.Deleted && !echo && e.registry.UsesGVK(ev.GVK) {
 		e.wake.targets.Add(tkey)
 	}
 	e.recountOnFinalizers(ev)
 	if ev.Deleted {
-		e.released.forget(tkey)
+		e.released.Forget(tkey)
 		for _, pkey := range e.matchErrs.forgetObject(tkey) {
 			e.wake.recountPolicy(pkey)
 		}

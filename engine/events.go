@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"unicode/utf8"
 
-	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -14,6 +12,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 )
 
 // eventSink emits events on runs and targets. Targets in a terminating namespace get none: the

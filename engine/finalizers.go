@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/teardown-dev/teardown-operator/engine/watch"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -15,6 +14,8 @@ import (
 	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/teardown-dev/teardown-operator/engine/watch"
 )
 
 // metaRef is a metadata-only reference to one object, for metadata reads and patches.

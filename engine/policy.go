@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/ownwrites"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/engine/watch"
 )
@@ -51,7 +52,7 @@ type policyReconciler struct {
 	served     servedKinds
 	// statusWritten are the versions of this kind's policies as their last status write left
 	// them.
-	statusWritten *writtenVersions
+	statusWritten *ownwrites.Versions[types.NamespacedName]
 	// dryRuns asks the API server whether it accepts what a policy's steps create (policy_dryrun.go).
 	dryRuns *dryRuns
 }
@@ -67,7 +68,7 @@ func (r *policyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	key := policy.Key{Kind: r.kind, Namespace: req.Namespace, Name: req.Name}
 	cached := r.newObject()
 	err := r.client.Get(ctx, req.NamespacedName, cached)
-	if err == nil && r.statusWritten.stale(req.NamespacedName, cached.GetResourceVersion()) {
+	if err == nil && r.statusWritten.Stale(req.NamespacedName, cached.GetResourceVersion()) {
 		// The cache lacks this reconciler's last status write (policies ignore their own status
 		// events): comparing against it could skip a write the API server needs.
 		err = r.reader.Get(ctx, req.NamespacedName, cached)
@@ -239,7 +240,7 @@ func (r *policyReconciler) letGo(ctx context.Context, v policy.View) (reconcile.
 
 // forget drops a policy that is gone.
 func (r *policyReconciler) forget(key policy.Key) {
-	r.statusWritten.forget(types.NamespacedName{Namespace: key.Namespace, Name: key.Name})
+	r.statusWritten.Forget(types.NamespacedName{Namespace: key.Namespace, Name: key.Name})
 	if prev := r.registry.Delete(key); prev != nil {
 		r.wake.enqueueTargets(prev.GVK, key.Namespace)
 		r.watches.Release(prev.GVK, consumerOf(key))
@@ -308,13 +309,13 @@ func (r *policyReconciler) writeStatus(ctx context.Context, v policy.View, cache
 	// the compiled policy in the registry shares v.Object's spec with target workers.
 	written := v.Object.DeepCopyObject().(client.Object)
 	if err := r.client.Status().Update(ctx, written); err != nil {
-		r.statusWritten.set(client.ObjectKeyFromObject(written), unknownVersion)
+		r.statusWritten.Set(client.ObjectKeyFromObject(written), ownwrites.Unknown)
 		if apierrors.IsNotFound(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil // gone meanwhile: look again
 		}
 		return reconcile.Result{}, fmt.Errorf("writing status: %w", err)
 	}
-	r.statusWritten.set(client.ObjectKeyFromObject(written), written.GetResourceVersion())
+	r.statusWritten.Set(client.ObjectKeyFromObject(written), written.GetResourceVersion())
 	return res, nil
 }
 

@@ -5,12 +5,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/teardown-dev/teardown-operator/engine/watch"
-	"github.com/teardown-dev/teardown-operator/steps"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/teardown-dev/teardown-operator/engine/watch"
+	"github.com/teardown-dev/teardown-operator/steps"
 )
 
 // queueRef hands a controller's queue to code outside the controller (informer handlers, other

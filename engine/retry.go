@@ -30,6 +30,6 @@ func (r *runReconciler) clearRetryAnnotation(ctx context.Context, run *v1alpha1.
 	if err := r.client.Patch(ctx, out, client.RawPatch(types.JSONPatchType, data)); err != nil {
 		return fmt.Errorf("removing annotation %s: %w", v1alpha1.AnnotationRetry, err)
 	}
-	r.written.set(client.ObjectKeyFromObject(run), out.ResourceVersion)
+	r.written.Set(client.ObjectKeyFromObject(run), out.ResourceVersion)
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/ownwrites"
 	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/engine/watch"
@@ -38,8 +39,8 @@ type runReconciler struct {
 	watches      *watch.Manager
 	events       *eventSink
 	metrics      *metrics
-	written      *writtenVersions
-	released     *releasedTargets
+	written      *ownwrites.Versions[types.NamespacedName]
+	released     *ownwrites.Releases[TargetKey]
 	lookups      *interest[reconcile.Request]
 	kinds        steps.Registry
 	runNamespace string
@@ -91,7 +92,7 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	}
 	p.out = pipeline.Advance(ctx, p.run, facts)
 	if err := r.commit(ctx, p); err != nil {
-		r.written.set(req.NamespacedName, unknownVersion)
+		r.written.Set(req.NamespacedName, ownwrites.Unknown)
 		return reconcile.Result{}, fmt.Errorf("writing status: %w", err)
 	}
 	res := reconcile.Result{RequeueAfter: p.out.RequeueAfter}
@@ -240,15 +241,15 @@ func (r *runReconciler) releaseSettled(ctx context.Context, p *pass) {
 }
 
 // readRun reads a run from the cache, or from the API server when the cache may not hold this
-// engine's last write to it (see writtenVersions). It returns nil once the run is gone, or is a
+// engine's last write to it (see ownwrites.Versions). It returns nil once the run is gone, or is a
 // record only (labelled released: nothing is left to do for it).
 func (r *runReconciler) readRun(ctx context.Context, key types.NamespacedName) (*v1alpha1.TeardownRun, error) {
 	run := &v1alpha1.TeardownRun{}
 	err := r.client.Get(ctx, key, run)
 	// A run this engine wrote and the cache misses may be newer than the cache (just created):
 	// asked of the API server, so that it is not taken for gone and forgotten.
-	missed := apierrors.IsNotFound(err) && r.written.known(key)
-	if missed || err == nil && r.written.stale(key, run.ResourceVersion) {
+	missed := apierrors.IsNotFound(err) && r.written.Known(key)
+	if missed || err == nil && r.written.Stale(key, run.ResourceVersion) {
 		run = &v1alpha1.TeardownRun{} // decoding into the cached copy would keep its stale map entries
 		err = r.reader.Get(ctx, key, run)
 	}
@@ -256,7 +257,7 @@ func (r *runReconciler) readRun(ctx context.Context, key types.NamespacedName) (
 	if gone && missed {
 		// Neither the cache nor the API server has it. (A run the cache still holds an older
 		// version of is forgotten when the cache lets it go: see forgetRun.)
-		r.written.forget(key)
+		r.written.Forget(key)
 	}
 	if gone || err == nil && run.Labels[v1alpha1.LabelReleased] != "" {
 		r.trackWatches(reconcile.Request{NamespacedName: key}, nil)
@@ -272,7 +273,7 @@ func (r *runReconciler) readRun(ctx context.Context, key types.NamespacedName) (
 // run go (deleted, or labelled released): the cache serves no version of it any more, so no
 // reconcile can take an older one for the latest.
 func (r *runReconciler) forgetRun(_ context.Context, ev event.DeleteEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	r.written.forget(client.ObjectKeyFromObject(ev.Object))
+	r.written.Forget(client.ObjectKeyFromObject(ev.Object))
 }
 
 // readTarget returns the target's metadata, or nil once it is gone. The metadata informer serves
@@ -317,7 +318,7 @@ func (r *runReconciler) commit(ctx context.Context, p *pass) error {
 	if err := r.client.Patch(ctx, p.run, client.MergeFromWithOptions(p.orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
 	}
-	r.written.set(client.ObjectKeyFromObject(p.run), p.run.ResourceVersion)
+	r.written.Set(client.ObjectKeyFromObject(p.run), p.run.ResourceVersion)
 	return nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/ownwrites"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -82,12 +83,12 @@ func (r *runReconciler) settle(ctx context.Context, run *v1alpha1.TeardownRun) e
 	// older version of it, whose steps are not all done. Marked unknown first: the cache can let
 	// it go before the patch's response comes, and the response must not bring it back.
 	key := client.ObjectKeyFromObject(run)
-	r.written.set(key, unknownVersion)
+	r.written.Set(key, ownwrites.Unknown)
 	settled := run.DeepCopy()
 	if err := r.client.Patch(ctx, settled, client.RawPatch(types.JSONPatchType, data)); err != nil {
 		return fmt.Errorf("settling run %s/%s: %w", run.Namespace, run.Name, err)
 	}
-	r.written.update(key, settled.ResourceVersion)
+	r.written.Update(key, settled.ResourceVersion)
 	return nil
 }
 
@@ -124,7 +125,7 @@ func (r *runReconciler) releaseTarget(ctx context.Context, run *v1alpha1.Teardow
 	}
 	// A released run leaves the run cache at once; the target cache may show the finalizer a
 	// moment longer.
-	r.released.add(key, t.UID, run.Spec.Finalizer)
+	r.released.Add(key, t.UID, run.Spec.Finalizer)
 	return 0, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/ownwrites"
 	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/engine/watch"
@@ -39,7 +40,7 @@ type targetReconciler struct {
 	reads        clusterReads
 	wake         *wakeups
 	runs         *runReconciler
-	echoes       *armingEchoes
+	echoes       *ownwrites.Echoes[TargetKey]
 	// lister reads what deletion guards look up; guardInterest records it, to be woken.
 	lister        lookup.Lister
 	guardInterest *interest[TargetKey]
@@ -58,7 +59,7 @@ func (r *targetReconciler) Reconcile(ctx context.Context, key TargetKey) (reconc
 	if !ok {
 		return reconcile.Result{}, nil // gone: its delete event forgot its releases (route)
 	}
-	r.runs.released.prune(key, obj)
+	r.runs.released.Prune(key, obj)
 	if obj.DeletionTimestamp != nil {
 		return r.reconcileDeleting(ctx, key, obj)
 	}
@@ -188,7 +189,7 @@ func (r *targetReconciler) reconcileDeleting(ctx context.Context, key TargetKey,
 	runs := r.reads.runsOfTarget(ctx, obj.UID)
 	var result reconcile.Result
 	for _, f := range obj.Finalizers {
-		if !naming.IsOurs(f) || r.runs.released.holds(key, obj.UID, f) {
+		if !naming.IsOurs(f) || r.runs.released.Holds(key, obj.UID, f) {
 			continue
 		}
 		if i := slices.IndexFunc(runs, func(run v1alpha1.TeardownRun) bool { return run.Spec.Finalizer == f }); i >= 0 {
@@ -299,7 +300,7 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 // succeed at once, and whose pipeline reads no more of the object than metadata fields the cache
 // keeps: the cache's metadata is all its first pass needs. The object is read from the API
 // server (for the run's snapshot, and to make sure the cache was not behind) only if the run is
-// to be recorded; an object this engine has just released is known from releasedTargets, not
+// to be recorded; an object this engine has just released is known from ownwrites.Releases, not
 // from a read.
 func (r *targetReconciler) createRunFromCache(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, p *policy.Compiled) error {
 	if obj.DeletionTimestamp == nil || !slices.Contains(obj.Finalizers, p.Finalizer) {

@@ -1,22 +1,21 @@
-package engine
+package ownwrites
 
 import (
 	"reflect"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 )
 
-func TestReleasedTargetsUntilTheCacheCatchesUp(t *testing.T) {
-	key := NewTargetKey(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, "ns", "db")
+func TestReleasesUntilTheCacheCatchesUp(t *testing.T) {
+	key := "ns/db"
 	cached := func(uid types.UID, finalizers ...string) *metav1.PartialObjectMetadata {
 		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{UID: uid, Finalizers: finalizers}}
 	}
-	r := newReleasedTargets()
-	r.add(key, "u1", "a")
-	r.add(key, "u1", "b")
+	r := NewReleases[string]()
+	r.Add(key, "u1", "a")
+	r.Add(key, "u1", "b")
 	steps := []struct {
 		name      string
 		obj       *metav1.PartialObjectMetadata
@@ -31,8 +30,8 @@ func TestReleasedTargetsUntilTheCacheCatchesUp(t *testing.T) {
 		{"only a foreign finalizer left: all forgotten", cached("u1", "other"), "b", false},
 	}
 	for _, s := range steps {
-		r.prune(key, s.obj)
-		if got := r.holds(key, s.obj.UID, s.finalizer); got != s.want {
+		r.Prune(key, s.obj)
+		if got := r.Holds(key, s.obj.UID, s.finalizer); got != s.want {
 			t.Errorf("%s: holds(%s) = %v, want %v", s.name, s.finalizer, got, s.want)
 		}
 	}
@@ -40,14 +39,14 @@ func TestReleasedTargetsUntilTheCacheCatchesUp(t *testing.T) {
 		t.Errorf("%d objects still remembered", len(r.m))
 	}
 
-	r.add(key, "u2", "a")
-	r.prune(key, cached("u3", "a"))
-	if r.holds(key, "u3", "a") || len(r.m) != 0 {
+	r.Add(key, "u2", "a")
+	r.Prune(key, cached("u3", "a"))
+	if r.Holds(key, "u3", "a") || len(r.m) != 0 {
 		t.Error("a new object of the same name is not held, and the old one is forgotten")
 	}
-	r.add(key, "u4", "a")
-	r.forget(key)
-	if r.holds(key, "u4", "a") {
+	r.Add(key, "u4", "a")
+	r.Forget(key)
+	if r.Holds(key, "u4", "a") {
 		t.Error("an object gone from the cache is forgotten")
 	}
 }

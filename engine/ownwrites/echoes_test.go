@@ -1,17 +1,13 @@
-package engine
+package ownwrites
 
 import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 )
 
-func TestArmingEchoes(t *testing.T) {
-	key := NewTargetKey(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, "ns", "a")
-	other := key
-	other.Name = "b"
+func TestEchoes(t *testing.T) {
+	key, other := "ns/a", "ns/b"
 	fin := "teardownpolicy.teardown.dev/p"
 	version := func(finalizers []string, edit func(*metav1.ObjectMeta)) *metav1.PartialObjectMetadata {
 		m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{UID: "u1", Labels: map[string]string{"app": "p"}, Finalizers: finalizers}}
@@ -22,36 +18,36 @@ func TestArmingEchoes(t *testing.T) {
 	}
 	bare, armed := version(nil, nil), version([]string{fin}, nil)
 	type event struct {
-		key      TargetKey
+		key      string
 		old, cur *metav1.PartialObjectMetadata
 		echo     bool
 	}
 	for _, tc := range []struct {
 		name   string
-		expect map[TargetKey][]string
+		expect map[string][]string
 		events []event
 	}{
-		{"the write's own event is its echo, once", map[TargetKey][]string{key: {fin}},
+		{"the write's own event is its echo, once", map[string][]string{key: {fin}},
 			[]event{{key, bare, armed, true}, {key, bare, armed, false}}},
 		{"nothing written: no echo", nil, []event{{key, bare, armed, false}}},
-		{"an add is no echo", map[TargetKey][]string{key: {fin}}, []event{{key, nil, armed, false}}},
-		{"other finalizers", map[TargetKey][]string{key: {fin}},
+		{"an add is no echo", map[string][]string{key: {fin}}, []event{{key, nil, armed, false}}},
+		{"other finalizers", map[string][]string{key: {fin}},
 			[]event{{key, bare, version([]string{fin, "example.com/other"}, nil), false}}},
-		{"labels changed too", map[TargetKey][]string{key: {fin}},
+		{"labels changed too", map[string][]string{key: {fin}},
 			[]event{{key, bare, version([]string{fin}, func(m *metav1.ObjectMeta) { m.Labels = map[string]string{"app": "q"} }), false}}},
-		{"deleting", map[TargetKey][]string{key: {fin}},
+		{"deleting", map[string][]string{key: {fin}},
 			[]event{{key, bare, version([]string{fin}, func(m *metav1.ObjectMeta) { m.DeletionTimestamp = &metav1.Time{} }), false}}},
-		{"another event first: the echo came before it or never comes", map[TargetKey][]string{key: {fin}},
+		{"another event first: the echo came before it or never comes", map[string][]string{key: {fin}},
 			[]event{{key, bare, version(nil, func(m *metav1.ObjectMeta) { m.Annotations = map[string]string{"a": "b"} }), false}, {key, bare, armed, false}}},
-		{"per object", map[TargetKey][]string{key: {fin}}, []event{{other, bare, armed, false}, {key, bare, armed, true}}},
+		{"per object", map[string][]string{key: {fin}}, []event{{other, bare, armed, false}, {key, bare, armed, true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := newArmingEchoes()
+			a := NewEchoes[string]()
 			for k, f := range tc.expect {
-				a.expect(k, f)
+				a.Expect(k, f)
 			}
 			for i, ev := range tc.events {
-				if got := a.echo(ev.key, ev.old, ev.cur); got != ev.echo {
+				if got := a.Echo(ev.key, ev.old, ev.cur); got != ev.echo {
 					t.Errorf("event %d: echo %v, want %v", i, got, ev.echo)
 				}
 			}
@@ -60,10 +56,10 @@ func TestArmingEchoes(t *testing.T) {
 			}
 		})
 	}
-	a := newArmingEchoes()
-	a.expect(key, []string{fin})
-	a.cancel(key)
-	if a.echo(key, bare, armed) {
+	a := NewEchoes[string]()
+	a.Expect(key, []string{fin})
+	a.Cancel(key)
+	if a.Echo(key, bare, armed) {
 		t.Error("a cancelled write has an echo")
 	}
 
@@ -74,39 +70,23 @@ func TestArmingEchoes(t *testing.T) {
 		m.ResourceVersion = rv
 		return m
 	}
-	a.expect(key, []string{fin})
-	a.wrote(key, "8")
-	if a.echo(key, at(bare, "7"), at(armed, "9")) {
+	a.Expect(key, []string{fin})
+	a.Wrote(key, "8")
+	if a.Echo(key, at(bare, "7"), at(armed, "9")) {
 		t.Error("a later version is taken for the write's echo")
 	}
-	a.expect(key, []string{fin})
-	a.wrote(key, "8")
-	if !a.echo(key, at(bare, "7"), at(armed, "8")) {
+	a.Expect(key, []string{fin})
+	a.Wrote(key, "8")
+	if !a.Echo(key, at(bare, "7"), at(armed, "8")) {
 		t.Error("the write's own version is not its echo")
 	}
 	// The event came before the response: the response does not bring the write back.
-	a.expect(key, []string{fin})
-	if !a.echo(key, at(bare, "7"), at(armed, "8")) {
+	a.Expect(key, []string{fin})
+	if !a.Echo(key, at(bare, "7"), at(armed, "8")) {
 		t.Error("an echo before the response is not taken")
 	}
-	a.wrote(key, "8")
+	a.Wrote(key, "8")
 	if len(a.m) != 0 {
 		t.Error("a response after its echo is remembered")
-	}
-}
-
-func TestWrittenVersionsUpdate(t *testing.T) {
-	w := newWrittenVersions()
-	key := types.NamespacedName{Namespace: "ns", Name: "run"}
-	w.set(key, unknownVersion)
-	w.forget(key) // the cache let the run go before the write's response came
-	w.update(key, "9")
-	if w.known(key) {
-		t.Error("a response brought back a run the cache let go")
-	}
-	w.set(key, unknownVersion)
-	w.update(key, "9")
-	if w.stale(key, "9") || !w.stale(key, "8") {
-		t.Error("the write's version is not the one expected")
 	}
 }
