@@ -83,20 +83,3 @@ func TestMatchErrors(t *testing.T) {
 		t.Error("a gone policy is forgotten")
 	}
 }
-
-func TestTruncate(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		n    int
-		want string
-	}{
-		{"short", 10, "short"},
-		{"exactly-10", 10, "exactly-10"},
-		{"abcdefghijkl", 10, "abcdefg..."},
-		{"ééééééé", 10, "ééé..."}, // 2 bytes each: never cut inside a rune
-	} {
-		if got := truncate(tc.in, tc.n); got != tc.want || len(got) > tc.n {
-			t.Errorf("truncate(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
-		}
-	}
-}

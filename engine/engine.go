@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/eventsink"
 	"github.com/teardown-dev/teardown-operator/engine/ownwrites"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/engine/watch"
@@ -59,7 +60,7 @@ type Engine struct {
 	registry *policy.Registry
 	compiler *policy.Compiler
 	watches  *watch.Manager
-	events   *eventSink
+	events   *eventsink.Sink
 	metrics  *metrics
 
 	wake    *wakeups
@@ -138,7 +139,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 	}
 	e.reads = clusterReads{client: e.client}
 	e.wake = newWakeups(e.registry)
-	if e.events, err = setupEvents(mgr, e.reads.namespaceTerminating); err != nil {
+	if e.events, err = eventsink.Setup(mgr, e.reads.namespaceTerminating); err != nil {
 		return nil, err
 	}
 	deps := steps.Deps{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper(),
@@ -181,9 +182,7 @@ func (o Options) withDefaults() (Options, error) {
 // Shutdown sends the events the engine still holds, for up to 5 s, and stops sending. Call it
 // once the manager has stopped: its reconcilers emit events until their last pass ends.
 func (e *Engine) Shutdown() {
-	if e.events.stop != nil {
-		e.events.stop()
-	}
+	e.events.Shutdown()
 }
 
 // metadataClient builds the client of the target watches and of the finalizer writes. It does

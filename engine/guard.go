@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/eventsink"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
@@ -88,7 +89,7 @@ func (r *targetReconciler) evaluateGuard(ctx context.Context, p *policy.Compiled
 	if err != nil || !v.Deny {
 		return false, "", watch, err
 	}
-	return true, fmt.Sprintf("%s: %s", p.Key, truncate(v.Message, maxGuardMessage)), watch, nil
+	return true, fmt.Sprintf("%s: %s", p.Key, eventsink.Truncate(v.Message, maxGuardMessage)), watch, nil
 }
 
 // maxGuardMessage bounds one guard's rendered message (an interpolation may render a long list),

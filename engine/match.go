@@ -96,7 +96,7 @@ func (r *targetReconciler) recordMatchErrors(ctx context.Context, key TargetKey,
 		}
 		ctrl.LoggerFrom(ctx).Info("match cannot be evaluated on the object; leaving its finalizers as they are",
 			"policy", p.Key.String(), "object", key.String(), "error", err.Error())
-		r.events.emit(ctx, targetRef(key, obj), nil, key.Namespace, pipeline.Eventf(true, v1alpha1.ReasonMatchFailed,
+		r.events.Emit(ctx, targetRef(key, obj), nil, key.Namespace, pipeline.Eventf(true, v1alpha1.ReasonMatchFailed,
 			"%s: spec.match cannot be evaluated on this object, so it is left as it is (a finalizer already on it stays, none is added): %v", p.Key, err))
 	}
 }

@@ -105,7 +105,7 @@ func (r *targetReconciler) requests(ctx context.Context, key TargetKey, obj *met
 			}
 		}
 		if v.holding[p.Finalizer] {
-			r.events.emit(ctx, targetRef(key, obj), nil, key.Namespace, pipeline.Eventf(true, v1alpha1.ReasonDeleteRequestBlocked,
+			r.events.Emit(ctx, targetRef(key, obj), nil, key.Namespace, pipeline.Eventf(true, v1alpha1.ReasonDeleteRequestBlocked,
 				"Delete request waits: the deletion guard of %s holds; the pipeline starts once it does not", p.Key))
 			continue
 		}
@@ -188,13 +188,13 @@ func (r *runReconciler) deleteTarget(ctx context.Context, run *v1alpha1.Teardown
 		// Refused, not failed: another policy's deletion guard holds, or RBAC says no. Looked at
 		// again at a steady pace rather than with the error backoff, which would grow to minutes
 		// after the guard stops holding.
-		r.events.emit(ctx, run, nil, run.Namespace, pipeline.Eventf(true, v1alpha1.ReasonDeleteFailed,
+		r.events.Emit(ctx, run, nil, run.Namespace, pipeline.Eventf(true, v1alpha1.ReasonDeleteFailed,
 			"Cannot delete %s yet, although its pipeline succeeded: %v; trying again every %s (a deletion guard that holds, or the operator's RBAC: it needs delete on this kind)",
 			targetName(t), err, deleteRefusedRecheck))
 		ctrl.LoggerFrom(ctx).Info("deletion after a two-phase pipeline refused; trying again", "target", targetName(t), "error", err.Error())
 		return deleteRefusedRecheck, nil
 	}
-	r.events.emit(ctx, run, nil, run.Namespace, pipeline.Eventf(true, v1alpha1.ReasonDeleteFailed,
+	r.events.Emit(ctx, run, nil, run.Namespace, pipeline.Eventf(true, v1alpha1.ReasonDeleteFailed,
 		"Cannot delete %s after its pipeline succeeded: %v", targetName(t), err))
 	return 0, fmt.Errorf("deleting %s after its pipeline succeeded: %w", targetName(t), err)
 }

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/eventsink"
 	"github.com/teardown-dev/teardown-operator/engine/ownwrites"
 	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
@@ -37,7 +38,7 @@ type runReconciler struct {
 	registry     *policy.Registry
 	compiler     *policy.Compiler
 	watches      *watch.Manager
-	events       *eventSink
+	events       *eventsink.Sink
 	metrics      *metrics
 	written      *ownwrites.Versions[types.NamespacedName]
 	released     *ownwrites.Releases[TargetKey]
@@ -64,7 +65,7 @@ type pass struct {
 	// policyRef is the policy, for events on it (eventsOnPolicy).
 	policyRef runtime.Object
 	// unwritten is set when commit found nothing to write: the pass's events then name the run
-	// at a version an earlier pass wrote, and the same pass may come again (see emitOnRun).
+	// at a version an earlier pass wrote, and the same pass may come again (see eventsink.Sink.EmitOnRun).
 	unwritten bool
 }
 
@@ -206,11 +207,11 @@ func (r *runReconciler) flushEvents(ctx context.Context, p *pass) {
 	for _, ev := range p.out.Events {
 		switch p.eventsOn {
 		case eventsOnPolicy:
-			r.events.emit(ctx, p.policyRef, nil, p.run.Spec.PolicyRef.Namespace, ev)
+			r.events.Emit(ctx, p.policyRef, nil, p.run.Spec.PolicyRef.Namespace, ev)
 		case eventsOnTarget:
-			r.events.emitFinal(ctx, p.tkey, p.target, ev)
+			r.events.EmitFinal(ctx, objectRef(p.tkey, p.target), ev)
 		case eventsOnRunAndTarget:
-			r.events.emitOnRun(ctx, p.run, p.tkey, p.target, ev, !p.unwritten)
+			r.events.EmitOnRun(ctx, p.run, objectRef(p.tkey, p.target), ev, !p.unwritten)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/eventsink"
 	"github.com/teardown-dev/teardown-operator/engine/ownwrites"
 	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
@@ -33,7 +35,7 @@ type targetReconciler struct {
 	reader       client.Reader
 	registry     *policy.Registry
 	watches      *watch.Manager
-	events       *eventSink
+	events       *eventsink.Sink
 	matchErrs    *matchErrors
 	runNamespace string
 	fin          *finalizerWriter
@@ -220,7 +222,7 @@ func (r *targetReconciler) startRun(ctx context.Context, key TargetKey, obj *met
 		return reconcile.Result{}, r.releaseWithoutRun(ctx, key, obj, finalizer, pipeline.Eventf(true, v1alpha1.ReasonAbandoned,
 			"%s is invalid and %s is set (%q): finalizer removed without a run", pkey, v1alpha1.AnnotationAbandon, obj.Annotations[v1alpha1.AnnotationAbandon]))
 	case p == nil:
-		r.events.emit(ctx, targetRef(key, obj), nil, key.Namespace, pipeline.Eventf(true, v1alpha1.ReasonPolicyInvalid,
+		r.events.Emit(ctx, targetRef(key, obj), nil, key.Namespace, pipeline.Eventf(true, v1alpha1.ReasonPolicyInvalid,
 			"%s is invalid, so the teardown cannot start; fix the policy, or set annotation %s to release the object", pkey, v1alpha1.AnnotationAbandon))
 		return reconcile.Result{RequeueAfter: time.Minute}, nil
 	case p.Pipeline == nil:
@@ -241,7 +243,7 @@ func (r *targetReconciler) releaseWithoutRun(ctx context.Context, key TargetKey,
 	if _, err := r.fin.remove(ctx, key.GVK(), key.Namespace, key.Name, obj.UID, finalizer); err != nil {
 		return err
 	}
-	r.events.emit(ctx, targetRef(key, obj), nil, key.Namespace, ev)
+	r.events.Emit(ctx, targetRef(key, obj), nil, key.Namespace, ev)
 	return nil
 }
 
@@ -407,6 +409,15 @@ func targetRef(key TargetKey, obj metav1.Object) runtime.Object {
 	m.SetUID(obj.GetUID())
 	m.SetResourceVersion(obj.GetResourceVersion())
 	return m
+}
+
+// objectRef refers to the target obj of key, as the events library would; nil when obj is.
+func objectRef(key TargetKey, obj *metav1.PartialObjectMetadata) *corev1.ObjectReference {
+	if obj == nil {
+		return nil
+	}
+	return &corev1.ObjectReference{APIVersion: key.GVK().GroupVersion().String(), Kind: key.GVK().Kind,
+		Namespace: key.Namespace, Name: key.Name, UID: obj.UID, ResourceVersion: obj.ResourceVersion}
 }
 
 // earliest combines two results, keeping the sooner requeue.

@@ -1,4 +1,4 @@
-package engine
+package eventsink
 
 import (
 	"context"
@@ -18,14 +18,14 @@ import (
 	"k8s.io/client-go/tools/record/util"
 )
 
-// onceEvents sends events that cannot repeat: an object's last event (a teardown that succeeded
+// sender sends events that cannot repeat: an object's last event (a teardown that succeeded
 // in its first pass, after which the object is gone) and the events of a run on the run and on its
-// object, which each name the run as one pass wrote it (see emitOnRun). The events library keeps a
+// object, which each name the run as one pass wrote it (see Sink.EmitOnRun). The events library keeps a
 // copy of every event it sends for 6 to 12 minutes, to fold a repeat into a series; for these no
 // repeat can come, and the copies (about 3 KiB an event) were most of the operator's memory under
 // steady churn. These are sent the way the library sends a first event (the same fields, the same
 // name) by a few workers, and forgotten once sent.
-type onceEvents struct {
+type sender struct {
 	client     eventsclient.EventsGetter
 	controller string
 	instance   string
@@ -35,29 +35,29 @@ type onceEvents struct {
 }
 
 const (
-	// onceEventWorkers send events concurrently: an event create waits on the API server
+	// senderWorkers send events concurrently: an event create waits on the API server
 	// about as long as the release it follows.
-	onceEventWorkers = 8
-	// onceEventBacklog bounds the events waiting to be sent while the API server is slow or
+	senderWorkers = 8
+	// senderBacklog bounds the events waiting to be sent while the API server is slow or
 	// away; past it new ones are dropped (the run's status and the log still tell the outcome).
-	onceEventBacklog = 4096
-	// onceEventTries bounds the attempts to send one event through transport errors: waiting 1 s,
-	// then twice as long each time up to onceEventRetryCap (jittered), they span 85 s or more, as
+	senderBacklog = 4096
+	// senderTries bounds the attempts to send one event through transport errors: waiting 1 s,
+	// then twice as long each time up to senderRetryCap (jittered), they span 85 s or more, as
 	// the events library's 12 tries 10 s apart span 2 minutes: an API server restart loses no event.
-	onceEventTries    = 12
-	onceEventRetryCap = 10 * time.Second
-	// onceEventDrain bounds how long a stopping operator goes on sending queued events.
-	onceEventDrain = 5 * time.Second
+	senderTries    = 12
+	senderRetryCap = 10 * time.Second
+	// senderDrain bounds how long a stopping operator goes on sending queued events.
+	senderDrain = 5 * time.Second
 )
 
-func newOnceEvents(client eventsclient.EventsGetter, controller string, log logr.Logger) *onceEvents {
+func newSender(client eventsclient.EventsGetter, controller string, log logr.Logger) *sender {
 	hostname, _ := os.Hostname()
-	return &onceEvents{client: client, controller: controller, instance: controller + "-" + hostname,
-		log: log, queue: make(chan *eventsv1.Event, onceEventBacklog)}
+	return &sender{client: client, controller: controller, instance: controller + "-" + hostname,
+		log: log, queue: make(chan *eventsv1.Event, senderBacklog)}
 }
 
 // send queues an event regarding ref (and related, if not nil); it never blocks.
-func (f *onceEvents) send(ref, related *corev1.ObjectReference, typ, reason, action, note string) {
+func (f *sender) send(ref, related *corev1.ObjectReference, typ, reason, action, note string) {
 	now := time.Now()
 	ns := ref.Namespace
 	if ns == "" {
@@ -78,16 +78,16 @@ func (f *onceEvents) send(ref, related *corev1.ObjectReference, typ, reason, act
 }
 
 // Start sends queued events until ctx ends, then what is still queued for up to
-// onceEventDrain. The engine ends ctx once the manager has stopped (see setupEvents).
-func (f *onceEvents) Start(ctx context.Context) error {
+// senderDrain. The engine ends ctx once the manager has stopped (see Setup).
+func (f *sender) Start(ctx context.Context) error {
 	sendCtx, stopSending := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSending()
 	var wg sync.WaitGroup
-	for range onceEventWorkers {
+	for range senderWorkers {
 		wg.Go(func() { f.work(ctx, sendCtx) })
 	}
 	<-ctx.Done()
-	deadline := time.AfterFunc(onceEventDrain, stopSending)
+	deadline := time.AfterFunc(senderDrain, stopSending)
 	defer deadline.Stop()
 	wg.Wait()
 	if n := len(f.queue); n > 0 {
@@ -97,7 +97,7 @@ func (f *onceEvents) Start(ctx context.Context) error {
 }
 
 // work sends events until ctx ends, then until the queue is empty or sendCtx ends.
-func (f *onceEvents) work(ctx, sendCtx context.Context) {
+func (f *sender) work(ctx, sendCtx context.Context) {
 	for {
 		select {
 		case ev := <-f.queue:
@@ -117,7 +117,7 @@ func (f *onceEvents) work(ctx, sendCtx context.Context) {
 }
 
 // create sends one event, retrying transport errors; the API server's refusal is final.
-func (f *onceEvents) create(ctx context.Context, ev *eventsv1.Event) {
+func (f *sender) create(ctx context.Context, ev *eventsv1.Event) {
 	for try := 1; ; try++ {
 		_, err := f.client.Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
 		var status apierrors.APIStatus
@@ -127,14 +127,14 @@ func (f *onceEvents) create(ctx context.Context, ev *eventsv1.Event) {
 		case errors.As(err, &status) || ctx.Err() != nil:
 			f.log.V(1).Info("event not written", "reason", ev.Reason, "regarding", ev.Regarding.Name, "error", err.Error())
 			return
-		case try == onceEventTries:
+		case try == senderTries:
 			f.log.Info("event not written: the API server was unreachable", "reason", ev.Reason, "regarding", ev.Regarding.Name, "tries", try, "error", err.Error())
 			return
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait.Jitter(min(time.Second<<(try-1), onceEventRetryCap), 0.5)):
+		case <-time.After(wait.Jitter(min(time.Second<<(try-1), senderRetryCap), 0.5)):
 		}
 	}
 }

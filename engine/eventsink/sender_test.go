@@ -1,4 +1,4 @@
-package engine
+package eventsink
 
 import (
 	"context"
@@ -19,10 +19,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
-func TestOnceEventsNeverBlock(t *testing.T) {
-	f := newOnceEvents(nil, "teardown-operator", logr.Discard())
+func TestSenderNeverBlocks(t *testing.T) {
+	f := newSender(nil, "teardown-operator", logr.Discard())
 	ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Name: "orders", UID: "u1"}
-	for range onceEventBacklog + 10 {
+	for range senderBacklog + 10 {
 		f.send(ref, nil, corev1.EventTypeNormal, "TeardownSucceeded", "TeardownSucceeded", "done")
 	}
 	if got := f.dropped.Load(); got != 10 {
@@ -52,9 +52,9 @@ func (r *recordingEvents) Create(_ context.Context, ev *eventsv1.Event, _ metav1
 	return ev, nil
 }
 
-func TestOnceEventsSentAtShutdown(t *testing.T) {
+func TestSenderSendsAtShutdown(t *testing.T) {
 	sink := &recordingEvents{}
-	f := newOnceEvents(sink, "teardown-operator", logr.Discard())
+	f := newSender(sink, "teardown-operator", logr.Discard())
 	for i := range 20 {
 		f.send(&corev1.ObjectReference{Name: fmt.Sprint(i)}, nil, corev1.EventTypeNormal, "TeardownSucceeded", "TeardownSucceeded", "done")
 	}
@@ -80,7 +80,7 @@ func TestEventsOutliveTheManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := setupEvents(mgr, func(context.Context, string) bool { return false })
+	s, err := Setup(mgr, func(context.Context, string) bool { return false })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestEventsOutliveTheManager(t *testing.T) {
 	for i := range 5 { // a reconciler's last pass, after the manager stopped its runnables
 		s.once.send(&corev1.ObjectReference{Name: fmt.Sprint(i)}, nil, corev1.EventTypeNormal, "StepSucceeded", "StepSucceeded", "done")
 	}
-	s.stop()
+	s.Shutdown()
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
 	if len(sink.created) != 5 {

@@ -1,13 +1,13 @@
-package engine
+package eventsink
 
 import (
 	"context"
 	"testing"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
@@ -28,8 +28,7 @@ func (l *libraryEvents) Eventf(_ runtime.Object, _ runtime.Object, _, reason, _,
 // library's cache; a pass that wrote nothing may come again alike, and the library must fold it.
 func TestEmitOnRunWrittenOrNot(t *testing.T) {
 	run := &v1alpha1.TeardownRun{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders-1", UID: "r1", ResourceVersion: "7"}}
-	key := NewTargetKey(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, "shop", "orders")
-	target := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders", UID: "t1"}}
+	target := &corev1.ObjectReference{APIVersion: "v1", Kind: "ConfigMap", Namespace: "shop", Name: "orders", UID: "t1"}
 	ev := pipeline.Event{Reason: v1alpha1.ReasonRetryRefused, Note: "the run is Running, not Failed"}
 	for name, tc := range map[string]struct {
 		written           bool
@@ -40,9 +39,9 @@ func TestEmitOnRunWrittenOrNot(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			lib := &libraryEvents{}
-			once := newOnceEvents(nil, "teardown-operator", logr.Discard())
-			s := newEventSink(lib, once, func(context.Context, string) bool { return false })
-			s.emitOnRun(context.Background(), run, key, target, ev, tc.written)
+			once := newSender(nil, "teardown-operator", logr.Discard())
+			s := newSink(lib, once, func(context.Context, string) bool { return false })
+			s.EmitOnRun(context.Background(), run, target, ev, tc.written)
 			if len(lib.reasons) != tc.library || len(once.queue) != tc.unCached {
 				t.Errorf("%d events through the library, %d without its cache; want %d and %d",
 					len(lib.reasons), len(once.queue), tc.library, tc.unCached)
@@ -54,5 +53,22 @@ func TestEmitOnRunWrittenOrNot(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"exactly-10", 10, "exactly-10"},
+		{"abcdefghijkl", 10, "abcdefg..."},
+		{"ééééééé", 10, "ééé..."}, // 2 bytes each: never cut inside a rune
+	} {
+		if got := Truncate(tc.in, tc.n); got != tc.want || len(got) > tc.n {
+			t.Errorf("Truncate(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
 	}
 }
