@@ -6,10 +6,13 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/engine/watch"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
@@ -143,5 +146,40 @@ func (in *interest[K]) track(watches *watch.Manager, key K, consumer string, tar
 					"kind", t.GVK.String(), "consumer", consumer, "error", err.Error())
 			}
 		}
+	}
+}
+
+// wakeups are the controllers' queues, for work one reconciler finds for another.
+type wakeups struct {
+	targets  queueRef[TargetKey]
+	runs     queueRef[reconcile.Request]
+	policies map[string]*queueRef[reconcile.Request]
+	registry *policy.Registry
+	watches  *watch.Manager
+}
+
+func newWakeups(registry *policy.Registry) *wakeups {
+	return &wakeups{registry: registry,
+		policies: map[string]*queueRef[reconcile.Request]{policy.KindNamespaced: {}, policy.KindCluster: {}}}
+}
+
+// enqueueTargets queues every cached object of gvk in namespace (empty: all).
+func (w *wakeups) enqueueTargets(gvk schema.GroupVersionKind, namespace string) {
+	for _, o := range w.watches.List(gvk, namespace) {
+		w.targets.Add(NewTargetKey(gvk, o.Namespace, o.Name))
+	}
+}
+
+// recount queues a status recount of the policy that owns finalizer on objects in namespace ns.
+func (w *wakeups) recount(finalizer, ns string) {
+	if pkey, ok := w.registry.ForFinalizer(finalizer, ns); ok {
+		w.recountPolicy(pkey)
+	}
+}
+
+// recountPolicy queues a status recount of one policy, folded with others within recountDelay.
+func (w *wakeups) recountPolicy(pkey policy.Key) {
+	if q := w.policies[pkey.Kind]; q != nil {
+		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pkey.Namespace, Name: pkey.Name}}, recountDelay)
 	}
 }

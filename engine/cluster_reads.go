@@ -1,0 +1,53 @@
+package engine
+
+import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/policy"
+)
+
+// clusterReads are the cached reads several reconcilers make: runs by target and by policy, and
+// namespaces. Each reconciler names the few services it uses rather than the whole engine (see the
+// reconciler types).
+type clusterReads struct {
+	client client.Client
+}
+
+// runsOfTarget returns the cached runs of a target. They are the cache's own objects (no deep
+// copy: a policy recount reads every run of the policy): callers only read them.
+func (c clusterReads) runsOfTarget(ctx context.Context, uid types.UID) []v1alpha1.TeardownRun {
+	var list v1alpha1.TeardownRunList
+	if err := c.client.List(ctx, &list, client.MatchingFields{indexTargetUID: string(uid)}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	return list.Items
+}
+
+// runsOfPolicy returns the cached runs of a policy; like runsOfTarget, read only.
+func (c clusterReads) runsOfPolicy(ctx context.Context, key policy.Key) ([]v1alpha1.TeardownRun, error) {
+	var list v1alpha1.TeardownRunList
+	if err := c.client.List(ctx, &list, client.MatchingFields{indexPolicy: key.String()}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// namespaceTerminating reports whether a namespace is being deleted, from the cache.
+func (c clusterReads) namespaceTerminating(ctx context.Context, ns string) bool {
+	if ns == "" {
+		return false
+	}
+	m, err := c.namespace(ctx, ns)
+	return err == nil && m.DeletionTimestamp != nil
+}
+
+func (c clusterReads) namespace(ctx context.Context, ns string) (*metav1.PartialObjectMetadata, error) {
+	m := metaRef(namespaceGVK, "", ns)
+	err := c.client.Get(ctx, client.ObjectKey{Name: ns}, m)
+	return m, err
+}
