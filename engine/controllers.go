@@ -65,6 +65,7 @@ func (e *Engine) setupPolicies(mgr manager.Manager) error {
 			return fmt.Errorf("%s controller: %w", kind, err)
 		}
 	}
+	e.router.register(countEvents{wake: e.wake, matchErrs: e.matchErrs})
 	return nil
 }
 
@@ -102,7 +103,8 @@ func (e *Engine) setupNamespaces(mgr manager.Manager) error {
 	return nil
 }
 
-// setupTargets runs the target controller; the dynamic watches feed its queue (see route).
+// setupTargets runs the target controller; the dynamic watches feed its queue (targetEvents, and
+// guardEvents for what deletion guards look up).
 func (e *Engine) setupTargets(mgr manager.Manager) error {
 	tc, err := controller.NewTyped[TargetKey]("target", mgr, controller.TypedOptions[TargetKey]{
 		Reconciler: requeueConflicts[TargetKey](&targetReconciler{client: e.client, reader: e.reader, registry: e.registry,
@@ -114,11 +116,16 @@ func (e *Engine) setupTargets(mgr manager.Manager) error {
 	if err != nil {
 		return fmt.Errorf("target controller: %w", err)
 	}
+	e.router.register(
+		targetEvents{registry: e.registry, echoes: e.echoes, released: e.released, targets: &e.wake.targets},
+		guardEvents{guards: e.guards, watches: e.watches, targets: &e.wake.targets})
 	return tc.Watch(e.wake.targets.source())
 }
 
-// setupRuns runs the run controller, woken by the objects steps create for runs (Jobs) too.
+// setupRuns runs the run controller, woken by the objects steps create for runs (Jobs) too, by
+// changes of their targets (runEvents) and by the kinds their wait steps look up (lookupEvents).
 func (e *Engine) setupRuns(mgr manager.Manager) error {
+	e.router.register(runEvents{runsOf: e.reads.runsOfTarget, runs: &e.wake.runs}, lookupEvents{lookups: e.lookups, runs: &e.wake.runs})
 	runs := builder.ControllerManagedBy(mgr).
 		Named("teardownrun")
 	for _, k := range e.kinds {

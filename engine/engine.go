@@ -79,6 +79,8 @@ type Engine struct {
 	matchErrs *matchErrors
 	// served tells whether a watched target kind is still served.
 	served servedKinds
+	// router passes the dynamic informers' events to the handler of each concern.
+	router *router
 }
 
 var namespaceGVK = schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}
@@ -136,6 +138,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 		echoes:    ownwrites.NewEchoes[TargetKey](),
 		matchErrs: newMatchErrors(),
 		metrics:   newMetrics(),
+		router:    &router{},
 	}
 	e.reads = clusterReads{client: e.client}
 	e.wake = newWakeups(e.registry)
@@ -147,7 +150,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 		Config: mgr.GetConfig(), NamespaceTerminating: e.reads.namespaceTerminating, Fence: opts.Fence}
 	e.kinds = steps.Build(kinds, deps)
 	e.compiler = policy.NewCompiler(env, e.kinds, policy.KindScope(mgr.GetRESTMapper()))
-	e.watches = watch.NewManager(mc, mgr.GetRESTMapper(), e.route, opts.Resync, ctrl.Log.WithName("watch"))
+	e.watches = watch.NewManager(mc, mgr.GetRESTMapper(), e.router.route, opts.Resync, ctrl.Log.WithName("watch"))
 	e.wake.watches = e.watches
 	if e.served, err = e.newServedKinds(mgr.GetConfig()); err != nil {
 		return nil, err
@@ -220,77 +223,6 @@ func runOfOwned(_ context.Context, o client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: l[v1alpha1.LabelRunNamespace], Name: l[v1alpha1.LabelRun]}}}
-}
-
-// route receives every event of the dynamic informers and queues the work it implies.
-func (e *Engine) route(ev watch.Event) {
-	o := ev.Object
-	tkey := NewTargetKey(ev.GVK, o.Namespace, o.Name)
-	// An update that is the echo of an arming write reconciles nothing; any event forgets it.
-	echo := e.echoes.Echo(tkey, ev.Old, o)
-	if !ev.Deleted && !echo && e.registry.UsesGVK(ev.GVK) {
-		e.wake.targets.Add(tkey)
-	}
-	e.recountOnFinalizers(ev)
-	if ev.Deleted {
-		e.released.Forget(tkey)
-		for _, pkey := range e.matchErrs.forgetObject(tkey) {
-			e.wake.recountPolicy(pkey)
-		}
-	}
-	if runsCare(ev) {
-		for _, r := range e.reads.runsOfTarget(context.Background(), o.UID) {
-			if r.Status.Phase.Finished() && r.Status.Phase.Releases(r.Spec.Pipeline.FailurePolicy) {
-				continue
-			}
-			req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: r.Namespace, Name: r.Name}}
-			if ev.Deleted {
-				// Usually the run's own release made the target go, and the run cache has not
-				// seen the run finish yet: look a little later rather than at a stale copy.
-				e.wake.runs.AddAfter(req, vanishedDelay)
-			} else {
-				e.wake.runs.Add(req)
-			}
-		}
-	}
-	for _, t := range e.guards.interested(ev.GVK, o.Namespace) {
-		// A looked-up object changed: the guard is evaluated again soon, the changes of a busy
-		// kind folded into one evaluation per guardDebounce.
-		e.wake.targets.AddAfter(t, guardDebounce)
-	}
-	if ev.Deleted {
-		e.guards.track(e.watches, tkey, "guard:"+tkey.String(), nil)
-	}
-	for _, r := range e.lookups.interested(ev.GVK, o.Namespace) {
-		// Folded: a busy kind wakes each waiting run at most once per lookupDebounce.
-		e.wake.runs.AddAfter(r, lookupDebounce)
-	}
-}
-
-// lookupDebounce folds the changes to looked-up objects into at most one check per run per second.
-const lookupDebounce = time.Second
-
-// guardDebounce folds the changes to objects a deletion guard looks up. It bounds how stale a
-// verdict is after such a change, so it is short: a veto must lift, or start, within a second.
-const guardDebounce = 200 * time.Millisecond
-
-// vanishedDelay is how long after a target is gone its unfinished runs look at it.
-const vanishedDelay = 2 * time.Second
-
-// runsCare reports whether a change to a target concerns its runs: its deletion starting, the
-// break-glass annotation, a delete request made or withdrawn, or the object going. Other changes (notably the release of another
-// finalizer) would only wake runs to read a cache that has not caught up yet.
-func runsCare(ev watch.Event) bool {
-	o, old := ev.Object, ev.Old
-	switch {
-	case ev.Deleted:
-		return true
-	case old == nil:
-		return o.DeletionTimestamp != nil
-	case o.DeletionTimestamp != nil && old.DeletionTimestamp == nil:
-		return true
-	}
-	return o.Annotations[v1alpha1.AnnotationAbandon] != old.Annotations[v1alpha1.AnnotationAbandon] || requestChanged(ev)
 }
 
 // namespaceChanged re-examines what a namespace's labels or deletion affect.

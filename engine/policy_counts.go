@@ -25,9 +25,15 @@ import (
 // objects change at once.
 const recountDelay = time.Second
 
-// recountOnFinalizers queues the recount of every policy whose finalizer a target event added,
-// removed, or took away with the object, whoever made the change.
-func (e *Engine) recountOnFinalizers(ev watch.Event) {
+// countEvents is the policy counts' handler: it queues the recount of every policy whose counts a
+// target event moves: a teardown finalizer added, removed or taken away with the object, whoever
+// made the change, and an object whose match was failing gone.
+type countEvents struct {
+	wake      *wakeups
+	matchErrs *matchErrors
+}
+
+func (h countEvents) handle(ev watch.Event) {
 	var before, after []string
 	if ev.Old != nil {
 		before = ev.Old.Finalizers
@@ -39,7 +45,12 @@ func (e *Engine) recountOnFinalizers(ev watch.Event) {
 	}
 	for _, f := range symmetricDiff(before, after) {
 		if naming.IsOurs(f) {
-			e.wake.recount(f, ev.Object.Namespace)
+			h.wake.recount(f, ev.Object.Namespace)
+		}
+	}
+	if ev.Deleted {
+		for _, pkey := range h.matchErrs.forgetObject(NewTargetKey(ev.GVK, ev.Object.Namespace, ev.Object.Name)) {
+			h.wake.recountPolicy(pkey)
 		}
 	}
 }

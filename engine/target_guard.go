@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,6 +16,7 @@ import (
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/eventsink"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/engine/watch"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -121,4 +123,27 @@ func (r *targetReconciler) publishVerdict(ctx context.Context, key TargetKey, ob
 // trackGuardWatches makes the kinds an object's guards look up watched while they do.
 func (r *targetReconciler) trackGuardWatches(key TargetKey, targets []steps.WatchTarget) {
 	r.guardInterest.track(r.watches, key, "guard:"+key.String(), targets)
+}
+
+// guardEvents is the deletion guards' handler: a change to an object a guard looks up evaluates
+// that guard again soon, the changes of a busy kind folded into one evaluation per guardDebounce;
+// a protected object that is gone stops watching what its guards looked up.
+type guardEvents struct {
+	guards  *interest[TargetKey]
+	watches *watch.Manager
+	targets queue[TargetKey]
+}
+
+// guardDebounce folds the changes to objects a deletion guard looks up. It bounds how stale a
+// verdict is after such a change, so it is short: a veto must lift, or start, within a second.
+const guardDebounce = 200 * time.Millisecond
+
+func (h guardEvents) handle(ev watch.Event) {
+	for _, t := range h.guards.interested(ev.GVK, ev.Object.Namespace) {
+		h.targets.AddAfter(t, guardDebounce)
+	}
+	if ev.Deleted {
+		key := NewTargetKey(ev.GVK, ev.Object.Namespace, ev.Object.Name)
+		h.guards.track(h.watches, key, "guard:"+key.String(), nil)
+	}
 }
