@@ -2,8 +2,11 @@ package engine
 
 import (
 	"context"
+	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -50,4 +53,17 @@ func (c clusterReads) namespace(ctx context.Context, ns string) (*metav1.Partial
 	m := metaRef(namespaceGVK, "", ns)
 	err := c.client.Get(ctx, client.ObjectKey{Name: ns}, m)
 	return m, err
+}
+
+// readObject reads the whole object key names from the API server; nil means it is gone.
+func readObject(ctx context.Context, reader client.Reader, key TargetKey) (map[string]any, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(key.GVK())
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, u); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading %s: %w", key, err)
+	}
+	return u.Object, nil
 }

@@ -29,7 +29,7 @@ const policyWorkers = 2
 
 // setupControllers registers the policy, namespace, target and run controllers with mgr.
 func (e *Engine) setupControllers(mgr manager.Manager) error {
-	// One run reconciler: the target controller runs a new run's first pass with it (birth).
+	// One run reconciler: the target controller starts a new run's first pass with it (runStarter).
 	e.runs = &runReconciler{client: e.client, reader: e.reader, registry: e.registry,
 		compiler: e.compiler, watches: e.watches, events: e.events, metrics: e.metrics, written: e.written,
 		released: e.released, lookups: e.lookups, kinds: e.kinds, runNamespace: e.opts.RunNamespace, retention: e.opts.RunRetention,
@@ -109,7 +109,7 @@ func (e *Engine) setupTargets(mgr manager.Manager) error {
 	tc, err := controller.NewTyped[TargetKey]("target", mgr, controller.TypedOptions[TargetKey]{
 		Reconciler: requeueConflicts[TargetKey](&targetReconciler{client: e.client, reader: e.reader, registry: e.registry,
 			watches: e.watches, events: e.events, matchErrs: e.matchErrs, runNamespace: e.opts.RunNamespace,
-			fin: e.fin, reads: e.reads, wake: e.wake, runs: e.runs, echoes: e.echoes,
+			fin: e.fin, reads: e.reads, wake: e.wake, runs: e.runs, released: e.released, echoes: e.echoes,
 			lister: lookup.NewAPILister(e.reader, mgr.GetRESTMapper()), guardInterest: e.guards}),
 		MaxConcurrentReconciles: e.opts.TargetWorkers,
 	})

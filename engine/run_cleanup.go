@@ -95,7 +95,7 @@ func (r *runReconciler) settle(ctx context.Context, run *v1alpha1.TeardownRun) e
 // completeRelease handles a finished run that releases its target and holds no finalizer of its
 // own: one recorded failed before runs that keep their object held one (earlier versions), then
 // abandoned. A run recorded finished that releases is labelled released at once and never cached
-// (see birth).
+// (see runReconciler.start).
 func (r *runReconciler) completeRelease(ctx context.Context, run *v1alpha1.TeardownRun, ownedErr error) (reconcile.Result, error) {
 	if r.holdsTarget(run) {
 		if wait, err := r.releaseTarget(ctx, run); wait > 0 || err != nil {

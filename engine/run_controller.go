@@ -59,7 +59,7 @@ type pass struct {
 	target *metav1.PartialObjectMetadata // nil once the target is gone (or not read: released)
 	pipe   *policy.Pipeline
 	out    pipeline.Effects
-	// eventsOn says where the pass's events go: the run and its target, unless birth says
+	// eventsOn says where the pass's events go: the run and its target, unless the run's start says
 	// otherwise.
 	eventsOn eventPlace
 	// policyRef is the policy, for events on it (eventsOnPolicy).

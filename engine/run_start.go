@@ -2,11 +2,13 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -18,56 +20,69 @@ import (
 	"github.com/teardown-dev/teardown-operator/internal/naming"
 )
 
-// birth runs a new run's first pass before the run is recorded, then records it in one create,
-// status included, and releases the target if the pass ended the teardown. A pipeline that ends
-// at once so costs two writes (the run, the release) instead of four; with spec.runHistory
-// OnFailure, one that succeeds at once costs the release alone. A crash after the pass and before
-// its record repeats the pass: its side effects are keyed on the deletion, not on the run (an
-// http step's Idempotency-Key), and a step that needs the run recorded (a Job step) stops the
-// pass before it starts. A run born without its target's snapshot gets it from snapshot before
-// it is recorded (false: the target was released meanwhile, nothing to record).
-func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c *policy.Compiled, tkey TargetKey, target *metav1.PartialObjectMetadata, requested string, snapshot snapshotFunc) error {
-	p := &pass{orig: run.DeepCopy(), run: run, tkey: tkey, target: target, pipe: c.Pipeline}
-	facts := pipeline.Facts{Now: time.Now(), Pipeline: c.Pipeline, Unborn: true, BreakGlass: r.breakGlass(run, target), Requested: requested,
-		TargetDeleting: target.DeletionTimestamp != nil}
+// runStarter is the run side as the target reconciler sees it: it starts a deletion's run, finds a
+// run made in the object's namespace before that namespace began to go, and tells whether it has
+// recorded a run the run cache may not show yet (or finishes the release of one recorded).
+type runStarter interface {
+	start(ctx context.Context, s runStart) error
+	existingRun(ctx context.Context, key TargetKey, name string) bool
+	recordedHere(c *policy.Compiled, key TargetKey, uid types.UID) bool
+	recorded(ctx context.Context, key client.ObjectKey) error
+}
+
+// runStart is a deletion's run as the target side hands it to the run side to start.
+type runStart struct {
+	run    *v1alpha1.TeardownRun
+	policy *policy.Compiled
+	key    TargetKey
+	// target is the object's metadata: as the API server has it, or the cache's (plan.FromCache).
+	target *metav1.PartialObjectMetadata
+	// requested says who requests a two-phase run's deletion.
+	requested string
+	plan      startPlan
+}
+
+// start runs a new run's first pass before the run is recorded, then records it in one create,
+// status included, and releases the target if the pass ended the teardown (planRecord decides).
+// A pipeline that ends at once so costs two writes (the run, the release) instead of four; with
+// spec.runHistory OnFailure, one that succeeds at once costs the release alone. A crash after the
+// pass and before its record repeats the pass: its side effects are keyed on the deletion, not on
+// the run (an http step's Idempotency-Key), and a step that needs the run recorded (a Job step)
+// stops the pass before it starts.
+func (r *runReconciler) start(ctx context.Context, s runStart) error {
+	run, c := s.run, s.policy
+	p := &pass{orig: run.DeepCopy(), run: run, tkey: s.key, target: s.target, pipe: c.Pipeline}
+	facts := pipeline.Facts{Now: time.Now(), Pipeline: c.Pipeline, Unborn: true, BreakGlass: r.breakGlass(run, s.target), Requested: s.requested,
+		TargetDeleting: s.target.DeletionTimestamp != nil}
 	p.out = pipeline.Advance(ctx, run, facts)
-	phase := run.Status.Phase
-	releases := phase.Finished() && phase.Releases(c.Pipeline.FailurePolicy)
-	// A two-phase run that ends at once still has its object to delete, which waits for the
-	// veto to be lifted (deleteTarget): the run controller does it, as for any run in flight.
-	deletes := releases && c.TwoPhase() && phase != v1alpha1.RunAbandoned
-	switch {
-	case !phase.Finished() || deletes || !releases:
-		// Its own finalizer marks a run that still owes something: a pipeline in flight, an
-		// object to delete, or (failed under Retain) a teardown still owed, kept until it is
-		// retried to success or abandoned, so that deleting the run by hand loses nothing.
+	plan := planRecord(recordFacts{Phase: run.Status.Phase, FailurePolicy: c.Pipeline.FailurePolicy, RecordsEveryRun: c.RecordsEveryRun(),
+		TwoPhase: c.TwoPhase(), CleanSuccess: cleanSuccess(run), FromCache: s.plan.FromCache})
+	if plan.HoldFinalizer {
 		controllerutil.AddFinalizer(run, v1alpha1.FinalizerRun)
-	case releases:
+	}
+	if plan.LabelReleased {
 		run.Labels[v1alpha1.LabelReleased] = "true" // a record from the start: never cached
 	}
-	recorded := c.RecordsEveryRun() || !cleanSuccess(run)
-	if recorded && snapshot != nil {
-		if ok, err := snapshot(ctx, run); err != nil || !ok {
+	if plan.ReadSnapshot {
+		if ok, err := r.readSnapshot(ctx, s); err != nil || !ok {
 			return err
 		}
 	}
-	if recorded {
+	if plan.Record {
 		if created, err := r.record(ctx, run); err != nil || !created {
 			return err
 		}
 	}
-	switch {
-	case !recorded:
+	p.eventsOn = plan.EventsOn
+	switch plan.EventsOn {
+	case eventsOnPolicy:
 		unrecordedEvents(p, c)
-	case phase == v1alpha1.RunSucceeded:
-		// The object goes at once and the run's status tells it all: one event, on the object,
-		// naming the run.
-		p.eventsOn = eventsOnTarget
+	case eventsOnTarget:
 		for i := range p.out.Events {
 			p.out.Events[i].Note += fmt.Sprintf(" (TeardownRun %s/%s)", run.Namespace, run.Name)
 		}
 	}
-	if releases && !deletes {
+	if plan.ReleaseNow {
 		// Released after the record is written, as any run: a crash in between leaves a
 		// finished run, found by the next pass's create (record).
 		if _, err := r.releaseTarget(ctx, run); err != nil {
@@ -81,13 +96,58 @@ func (r *runReconciler) birth(ctx context.Context, run *v1alpha1.TeardownRun, c 
 	return nil
 }
 
-// snapshotFunc adds its target's snapshot to a run about to be recorded; false means the target
-// no longer carries the run's finalizer.
-type snapshotFunc func(ctx context.Context, run *v1alpha1.TeardownRun) (bool, error)
+// readSnapshot adds the object's snapshot to a run whose first pass started from the cached
+// metadata, before it is recorded. It reports false when there is nothing to record: the object
+// no longer carries the run's finalizer (released meanwhile), or the run exists already in the
+// object's namespace, made before that namespace's deletion began (it goes on).
+func (r *runReconciler) readSnapshot(ctx context.Context, s runStart) (bool, error) {
+	if s.plan.Moved && r.existingRun(ctx, s.key, s.run.Name) {
+		return false, nil
+	}
+	full, err := readObject(ctx, r.reader, s.key)
+	if err != nil || full == nil {
+		return false, err
+	}
+	live := &unstructured.Unstructured{Object: full}
+	if !carries(live, s.target.UID, s.policy.Finalizer) {
+		return false, nil
+	}
+	return true, snapshotWithin(s.run, full)
+}
+
+// snapshotWithin adds the object's snapshot to a run whose first pass ran without it. Should it
+// take the run past what etcd stores (the pass checked step outputs against the run as it was,
+// with the cached metadata alone), the run keeps that metadata as its snapshot.
+func snapshotWithin(run *v1alpha1.TeardownRun, full map[string]any) error {
+	snapshot, err := policy.Snapshot(full)
+	if err != nil {
+		return err
+	}
+	meta := run.Spec.Object.Raw
+	run.Spec.Object.Raw = snapshot
+	if b, err := json.Marshal(run); err == nil && len(b) > pipeline.MaxRunBytes {
+		run.Spec.Object.Raw = meta
+	}
+	return nil
+}
+
+// existingRun reports whether the run named name exists in the target's namespace (created before
+// the namespace's deletion began), and passes it to the run controller if so.
+func (r *runReconciler) existingRun(ctx context.Context, key TargetKey, name string) bool {
+	if key.Namespace == "" {
+		return false
+	}
+	existing := &v1alpha1.TeardownRun{}
+	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: name}, existing); err != nil {
+		return false
+	}
+	r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(existing)})
+	return true
+}
 
 // recordedHere reports whether this engine recorded the run of policy c for the target and has
 // not seen it gone. The cache may not hold its create yet: a target reconcile in that window that
-// passed the run's birth again would repeat the steps of its first pass, recorded done.
+// started the run again would repeat the steps of its first pass, recorded done.
 func (r *runReconciler) recordedHere(c *policy.Compiled, key TargetKey, uid types.UID) bool {
 	name := naming.RunName(c.Key.Kind, c.Key.Namespace, c.Key.Name, key.Name, uid)
 	for _, ns := range []string{key.Namespace, r.runNamespace} {
@@ -133,7 +193,7 @@ func (r *runReconciler) recorded(ctx context.Context, key client.ObjectKey) erro
 	}
 	wait, err := r.releaseTarget(ctx, existing)
 	if err == nil && wait > 0 {
-		// A record made by a version that deleted two-phase objects at birth: looked at again.
+		// A record made by a version that deleted two-phase objects at their start: looked at again.
 		return fmt.Errorf("run %s: its object's deletion waits for its veto to be lifted", key)
 	}
 	return err

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -41,7 +40,8 @@ type targetReconciler struct {
 	fin          *finalizerWriter
 	reads        clusterReads
 	wake         *wakeups
-	runs         *runReconciler
+	runs         runStarter
+	released     *ownwrites.Releases[TargetKey]
 	echoes       *ownwrites.Echoes[TargetKey]
 	// lister reads what deletion guards look up; guardInterest records it, to be woken.
 	lister        lookup.Lister
@@ -61,7 +61,7 @@ func (r *targetReconciler) Reconcile(ctx context.Context, key TargetKey) (reconc
 	if !ok {
 		return reconcile.Result{}, nil // gone: its delete event forgot its releases (route)
 	}
-	r.runs.released.Prune(key, obj)
+	r.released.Prune(key, obj)
 	if obj.DeletionTimestamp != nil {
 		return r.reconcileDeleting(ctx, key, obj)
 	}
@@ -191,7 +191,7 @@ func (r *targetReconciler) reconcileDeleting(ctx context.Context, key TargetKey,
 	runs := r.reads.runsOfTarget(ctx, obj.UID)
 	var result reconcile.Result
 	for _, f := range obj.Finalizers {
-		if !naming.IsOurs(f) || r.runs.released.Holds(key, obj.UID, f) {
+		if !naming.IsOurs(f) || r.released.Holds(key, obj.UID, f) {
 			continue
 		}
 		if i := slices.IndexFunc(runs, func(run v1alpha1.TeardownRun) bool { return run.Spec.Finalizer == f }); i >= 0 {
@@ -247,16 +247,16 @@ func (r *targetReconciler) releaseWithoutRun(ctx context.Context, key TargetKey,
 	return nil
 }
 
-// createRun starts the TeardownRun for this deletion (see birth). Its name is derived from the
-// policy and the target's UID, so a repeat finds the run already there. It goes in the target's
-// namespace unless the target is cluster-scoped or its namespace is being deleted (where nothing
-// can be created); then it goes in the run namespace, labelled with the target.
+// createRun starts the TeardownRun for this deletion (see runReconciler.start). Its name is derived
+// from the policy and the target's UID, so a repeat finds the run already there. Where it goes and
+// what its first pass starts from is planStart's decision.
 func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, p *policy.Compiled) error {
-	// Break glass is attributed from the live object's managed fields, which the cache drops.
-	if !p.ReadsTargetFirst() && obj.Annotations[v1alpha1.AnnotationAbandon] == "" {
-		return r.createRunFromCache(ctx, key, obj, p)
+	plan := planStart(startFacts{ReadsTargetFirst: p.ReadsTargetFirst(), BreakGlass: obj.Annotations[v1alpha1.AnnotationAbandon] != "",
+		TargetNamespace: key.Namespace, NamespaceTerminating: r.reads.namespaceTerminating(ctx, key.Namespace), RunNamespace: r.runNamespace})
+	if plan.FromCache {
+		return r.createRunFromCache(ctx, key, obj, p, plan)
 	}
-	full, err := r.readFull(ctx, key)
+	full, err := readObject(ctx, r.reader, key)
 	if err != nil || full == nil {
 		return err
 	}
@@ -287,15 +287,16 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 		return err
 	}
 	run := p.NewRun(key.GVK(), live, snapshot)
-	if r.placeRun(ctx, key, run) {
-		return nil
+	run.Namespace = plan.Namespace
+	if plan.Moved && r.runs.existingRun(ctx, key, run.Name) {
+		return nil // made before the namespace's deletion began: it goes on
 	}
 	target := metaRef(key.GVK(), key.Namespace, key.Name)
 	md, _ := live.Object["metadata"].(map[string]any)
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(md, &target.ObjectMeta); err != nil {
 		return fmt.Errorf("reading the metadata of %s: %w", key, err)
 	}
-	return r.runs.birth(ctx, run, p, key, target, requested, nil)
+	return r.runs.start(ctx, runStart{run: run, policy: p, key: key, target: target, requested: requested, plan: plan})
 }
 
 // createRunFromCache starts the run of a policy that keeps a run only when its pipeline does not
@@ -304,13 +305,14 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 // server (for the run's snapshot, and to make sure the cache was not behind) only if the run is
 // to be recorded; an object this engine has just released is known from ownwrites.Releases, not
 // from a read.
-func (r *targetReconciler) createRunFromCache(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, p *policy.Compiled) error {
+func (r *targetReconciler) createRunFromCache(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, p *policy.Compiled, plan startPlan) error {
 	if obj.DeletionTimestamp == nil || !slices.Contains(obj.Finalizers, p.Finalizer) {
 		return nil
 	}
 	target := obj.DeepCopy()
 	target.SetGroupVersionKind(key.GVK())
 	run := p.NewRun(key.GVK(), target, nil)
+	run.Namespace = plan.Namespace
 	if p.Pipeline.ReadsObject {
 		// Its expressions read only metadata fields the cache keeps: `object` is the cached
 		// metadata until the run, if recorded, gets the whole object.
@@ -320,87 +322,12 @@ func (r *targetReconciler) createRunFromCache(ctx context.Context, key TargetKey
 		}
 		run.Spec.Object.Raw = raw
 	}
-	moved := r.moveRun(ctx, key, run)
-	snapshot := func(ctx context.Context, run *v1alpha1.TeardownRun) (bool, error) {
-		if moved && r.existingRun(ctx, key, run.Name) {
-			return false, nil
-		}
-		full, err := r.readFull(ctx, key)
-		if err != nil || full == nil {
-			return false, err
-		}
-		live := &unstructured.Unstructured{Object: full}
-		if !carries(live, obj.UID, p.Finalizer) {
-			return false, nil
-		}
-		return true, r.snapshotWithin(run, full)
-	}
-	return r.runs.birth(ctx, run, p, key, target, "", snapshot)
-}
-
-// snapshotWithin adds the object's snapshot to a run whose first pass ran without it. Should it
-// take the run past what etcd stores (the pass checked step outputs against the run as it was,
-// with the cached metadata alone), the run keeps that metadata as its snapshot.
-func (r *targetReconciler) snapshotWithin(run *v1alpha1.TeardownRun, full map[string]any) error {
-	snapshot, err := policy.Snapshot(full)
-	if err != nil {
-		return err
-	}
-	meta := run.Spec.Object.Raw
-	run.Spec.Object.Raw = snapshot
-	if b, err := json.Marshal(run); err == nil && len(b) > pipeline.MaxRunBytes {
-		run.Spec.Object.Raw = meta
-	}
-	return nil
-}
-
-// placeRun puts a run in the run namespace when its target is cluster-scoped or its namespace is
-// being deleted (moveRun). It reports true when the run is there already, in the target's
-// namespace, from before the namespace's deletion began: that run goes on.
-func (r *targetReconciler) placeRun(ctx context.Context, key TargetKey, run *v1alpha1.TeardownRun) bool {
-	return r.moveRun(ctx, key, run) && r.existingRun(ctx, key, run.Name)
-}
-
-// moveRun puts a run in the run namespace when its target is cluster-scoped or its namespace is
-// being deleted, where nothing can be created, and reports whether it did.
-func (r *targetReconciler) moveRun(ctx context.Context, key TargetKey, run *v1alpha1.TeardownRun) bool {
-	if key.Namespace != "" && !r.reads.namespaceTerminating(ctx, key.Namespace) {
-		return false
-	}
-	run.Namespace = r.runNamespace
-	return true
-}
-
-// existingRun reports whether the run named name exists in the target's namespace (created before
-// the namespace's deletion began), and passes it to the run controller if so.
-func (r *targetReconciler) existingRun(ctx context.Context, key TargetKey, name string) bool {
-	if key.Namespace == "" {
-		return false
-	}
-	existing := &v1alpha1.TeardownRun{}
-	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: name}, existing); err != nil {
-		return false
-	}
-	r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(existing)})
-	return true
+	return r.runs.start(ctx, runStart{run: run, policy: p, key: key, target: target, plan: plan})
 }
 
 // carries reports whether the live object is the one of that UID and still holds finalizer.
 func carries(live *unstructured.Unstructured, uid types.UID, finalizer string) bool {
 	return live.GetUID() == uid && slices.Contains(live.GetFinalizers(), finalizer)
-}
-
-// readFull reads the whole object from the API server; nil means it is gone.
-func (r *targetReconciler) readFull(ctx context.Context, key TargetKey) (map[string]any, error) {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(key.GVK())
-	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, u); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("reading %s: %w", key, err)
-	}
-	return u.Object, nil
 }
 
 // targetRef is an object events can be recorded on.

@@ -65,7 +65,7 @@ func (l *lazyObject) object(ctx context.Context) (map[string]any, error) {
 	if l.full != nil {
 		return l.full, nil
 	}
-	full, err := l.r.readFull(ctx, l.key)
+	full, err := readObject(ctx, l.r.reader, l.key)
 	switch {
 	case err != nil:
 		return nil, err

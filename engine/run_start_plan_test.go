@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+)
+
+func TestPlanStart(t *testing.T) {
+	for name, tc := range map[string]struct {
+		facts startFacts
+		want  startPlan
+	}{
+		"OnFailure, metadata only: from the cache, in the object's namespace": {
+			startFacts{TargetNamespace: "shop", RunNamespace: "teardown-system"},
+			startPlan{FromCache: true, Namespace: "shop"}},
+		"a policy that reads the object first": {
+			startFacts{ReadsTargetFirst: true, TargetNamespace: "shop", RunNamespace: "teardown-system"},
+			startPlan{Namespace: "shop"}},
+		"break glass is attributed from the live object": {
+			startFacts{BreakGlass: true, TargetNamespace: "shop", RunNamespace: "teardown-system"},
+			startPlan{Namespace: "shop"}},
+		"a cluster-scoped object's run goes to the run namespace": {
+			startFacts{ReadsTargetFirst: true, RunNamespace: "teardown-system"},
+			startPlan{Namespace: "teardown-system"}},
+		"nothing is created in a namespace being deleted": {
+			startFacts{ReadsTargetFirst: true, TargetNamespace: "shop", NamespaceTerminating: true, RunNamespace: "teardown-system"},
+			startPlan{Namespace: "teardown-system", Moved: true}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, planStart(tc.facts)); diff != "" {
+				t.Errorf("planStart (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPlanRecord(t *testing.T) {
+	retain, release := v1alpha1.FailurePolicyRetain, v1alpha1.FailurePolicyRelease
+	for name, tc := range map[string]struct {
+		facts recordFacts
+		want  recordPlan
+	}{
+		"Always, succeeded at once: a record from the start, released, one event on the object": {
+			recordFacts{Phase: v1alpha1.RunSucceeded, RecordsEveryRun: true, CleanSuccess: true},
+			recordPlan{Record: true, LabelReleased: true, ReleaseNow: true, EventsOn: eventsOnTarget}},
+		"OnFailure, a clean success at once: no run, events on the policy": {
+			recordFacts{Phase: v1alpha1.RunSucceeded, CleanSuccess: true, FromCache: true},
+			recordPlan{LabelReleased: true, ReleaseNow: true, EventsOn: eventsOnPolicy}},
+		"OnFailure, succeeded past a failed step (onFailure Continue): recorded, its snapshot read": {
+			recordFacts{Phase: v1alpha1.RunSucceeded, FromCache: true},
+			recordPlan{Record: true, ReadSnapshot: true, LabelReleased: true, ReleaseNow: true, EventsOn: eventsOnTarget}},
+		"goes on past its first pass: recorded, holding its finalizer": {
+			recordFacts{Phase: v1alpha1.RunRunning, RecordsEveryRun: true},
+			recordPlan{Record: true, HoldFinalizer: true, EventsOn: eventsOnRunAndTarget}},
+		"OnFailure from the cache, goes on: its snapshot read before the record": {
+			recordFacts{Phase: v1alpha1.RunRunning, FromCache: true},
+			recordPlan{Record: true, ReadSnapshot: true, HoldFinalizer: true, EventsOn: eventsOnRunAndTarget}},
+		"failed at once under Retain: a teardown still owed holds its finalizer, the object stays": {
+			recordFacts{Phase: v1alpha1.RunFailed, FailurePolicy: retain, RecordsEveryRun: true},
+			recordPlan{Record: true, HoldFinalizer: true, EventsOn: eventsOnRunAndTarget}},
+		"failed at once under Release: released, a record": {
+			recordFacts{Phase: v1alpha1.RunFailed, FailurePolicy: release, RecordsEveryRun: true},
+			recordPlan{Record: true, LabelReleased: true, ReleaseNow: true, EventsOn: eventsOnRunAndTarget}},
+		"two-phase, succeeded at once: the run controller deletes the object once its veto is lifted": {
+			recordFacts{Phase: v1alpha1.RunSucceeded, RecordsEveryRun: true, TwoPhase: true, CleanSuccess: true},
+			recordPlan{Record: true, HoldFinalizer: true, EventsOn: eventsOnTarget}},
+		"two-phase, abandoned at once: released, no delete": {
+			recordFacts{Phase: v1alpha1.RunAbandoned, RecordsEveryRun: true, TwoPhase: true},
+			recordPlan{Record: true, LabelReleased: true, ReleaseNow: true, EventsOn: eventsOnRunAndTarget}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, planRecord(tc.facts)); diff != "" {
+				t.Errorf("planRecord (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
