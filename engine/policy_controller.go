@@ -92,7 +92,7 @@ func (r *policyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err := r.ensureFinalizer(ctx, obj); err != nil {
 		return reconcile.Result{}, err
 	}
-	compiled, res := r.compile(ctx, v)
+	compiled, readiness, res := r.compile(ctx, v)
 	if compiled != nil {
 		prev := r.registry.Set(compiled)
 		if prev == nil || prev.Generation != compiled.Generation || prev.Suspended != compiled.Suspended {
@@ -102,12 +102,12 @@ func (r *policyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 			}
 		}
 	}
-	return r.writeStatus(ctx, v, cached, res)
+	return r.report(ctx, v, cached, policyFacts{Ready: readiness}, res)
 }
 
-// compile compiles the policy and starts its watch; on failure it sets Ready=False with the reason
-// and keeps what is known of the policy in the registry so its finalizers stay untouched.
-func (r *policyReconciler) compile(ctx context.Context, v policy.View) (*policy.Compiled, reconcile.Result) {
+// compile compiles the policy and starts its watch, and says whether it is Ready; on failure it
+// keeps what is known of the policy in the registry so its finalizers stay untouched.
+func (r *policyReconciler) compile(ctx context.Context, v policy.View) (*policy.Compiled, *readiness, reconcile.Result) {
 	gvk := targetGVK(v.Spec)
 	compiled, errs := r.compiled(v)
 	if len(errs) == 0 {
@@ -116,40 +116,35 @@ func (r *policyReconciler) compile(ctx context.Context, v policy.View) (*policy.
 	if len(errs) > 0 {
 		r.registry.SetInvalid(v.Key, gvk)
 		r.acquireQuietly(gvk, v.Key)
-		r.setReady(v, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec, errs.ToAggregate().Error())
-		return nil, reconcile.Result{}
+		return nil, notReady(v1alpha1.ReasonInvalidSpec, errs.ToAggregate().Error()), reconcile.Result{}
 	}
 	mapping, err := r.watches.Acquire(gvk, consumerOf(v.Key))
 	if errors.Is(err, watch.ErrNotStarted) {
-		return nil, reconcile.Result{RequeueAfter: waitSync}
+		return nil, nil, reconcile.Result{RequeueAfter: waitSync}
 	}
 	if err != nil {
 		r.registry.SetInvalid(v.Key, gvk)
-		r.setReady(v, metav1.ConditionFalse, v1alpha1.ReasonKindNotServed, fmt.Sprintf(
-			"spec.targetRef: %s %s is not served by the cluster (is its CRD installed?); checking again every %s", gvk.Kind, gvk.GroupVersion(), retryNotServed))
-		return nil, reconcile.Result{RequeueAfter: retryNotServed}
+		return nil, notReady(v1alpha1.ReasonKindNotServed, fmt.Sprintf(
+				"spec.targetRef: %s %s is not served by the cluster (is its CRD installed?); checking again every %s", gvk.Kind, gvk.GroupVersion(), retryNotServed)),
+			reconcile.Result{RequeueAfter: retryNotServed}
 	}
 	if since, gone := r.served.gone(gvk); gone {
 		// Its CRD was removed: no object of it is left to protect, and the cached mapping and
 		// watch would otherwise keep the policy Ready.
 		r.registry.SetInvalid(v.Key, gvk)
-		r.setReady(v, metav1.ConditionFalse, v1alpha1.ReasonKindNotServed, fmt.Sprintf(
+		return nil, notReady(v1alpha1.ReasonKindNotServed, fmt.Sprintf(
 			"spec.targetRef: %s %s is no longer served by the cluster (since %s: its CRD was removed?); checking again every %s",
-			gvk.Kind, gvk.GroupVersion(), since.UTC().Format(time.RFC3339), retryNotServed))
-		return nil, reconcile.Result{RequeueAfter: retryNotServed}
+			gvk.Kind, gvk.GroupVersion(), since.UTC().Format(time.RFC3339), retryNotServed)), reconcile.Result{RequeueAfter: retryNotServed}
 	}
 	if v.Key.Namespaced() && mapping.Scope.Name() != meta.RESTScopeNameNamespace {
 		r.watches.Release(gvk, consumerOf(v.Key))
 		r.registry.SetInvalid(v.Key, gvk)
-		r.setReady(v, metav1.ConditionFalse, v1alpha1.ReasonInvalidTarget, "spec.targetRef: "+policy.ClusterScopedTarget(gvk.Kind))
-		return nil, reconcile.Result{}
+		return nil, notReady(v1alpha1.ReasonInvalidTarget, "spec.targetRef: "+policy.ClusterScopedTarget(gvk.Kind)), reconcile.Result{}
 	}
 	if compiled.Suspended {
-		r.setReady(v, metav1.ConditionFalse, v1alpha1.ReasonSuspended, "spec.suspend is true: targets are released and runs abandoned")
-	} else {
-		r.setReady(v, metav1.ConditionTrue, v1alpha1.ReasonProtecting, fmt.Sprintf("protecting %s objects; finalizer %s", gvk.Kind, compiled.Finalizer))
+		return compiled, notReady(v1alpha1.ReasonSuspended, "spec.suspend is true: targets are released and runs abandoned"), reconcile.Result{}
 	}
-	return compiled, reconcile.Result{}
+	return compiled, ready(v1alpha1.ReasonProtecting, fmt.Sprintf("protecting %s objects; finalizer %s", gvk.Kind, compiled.Finalizer)), reconcile.Result{}
 }
 
 // compiled returns the policy compiled, reusing the registry's copy of this generation: most
@@ -205,9 +200,8 @@ func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, c
 		if v.Key.Namespaced() && r.reads.namespaceTerminating(ctx, v.Key.Namespace) {
 			msg = fmt.Sprintf("namespace is being deleted: waiting for the teardown of %d objects (%d runs in flight)", remaining, active)
 		}
-		r.setReady(v, metav1.ConditionFalse, v1alpha1.ReasonReleasing, msg)
-		v.Status.Protected, v.Status.ActiveRuns = int32(remaining), int32(active)
-		if _, err := r.writeStatus(ctx, v, cached, reconcile.Result{}); err != nil {
+		f := policyFacts{Ready: notReady(v1alpha1.ReasonReleasing, msg), Protected: &remaining, Runs: &runCounts{active: active, stuck: int(v.Status.StuckRuns)}}
+		if _, err := r.report(ctx, v, cached, f, reconcile.Result{}); err != nil {
 			return reconcile.Result{}, err
 		}
 		return reconcile.Result{RequeueAfter: retryDeleting}, nil
@@ -270,44 +264,67 @@ func (r *policyReconciler) writePolicyFinalizers(ctx context.Context, obj client
 	return r.fin.write(ctx, gvk, m, finalizers)
 }
 
-// writeStatus counts what the policy protects and runs, and writes the status if it changed.
-func (r *policyReconciler) writeStatus(ctx context.Context, v policy.View, cached client.Object, res reconcile.Result) (reconcile.Result, error) {
-	st := v.Status
-	st.ObservedGeneration = v.Object.GetGeneration()
-	st.Finalizer = v.Key.Finalizer()
-	gvk := targetGVK(v.Spec)
-	if v.Object.GetDeletionTimestamp() == nil {
-		if r.watches.Watching(gvk) && r.watches.Synced(gvk) {
-			st.Protected = int32(r.countProtected(gvk, v.Key, st.Finalizer))
-		} else if r.watches.Watching(gvk) {
-			res = earliest(res, reconcile.Result{RequeueAfter: waitSync})
-		}
-		runs, err := r.reads.runsOfPolicy(ctx, v.Key)
-		if err != nil {
+// report completes the facts of a policy's status (what it protects, its runs and match errors,
+// the admission policy), computes the status (policyStatus), sets the gauges from it, and writes
+// it if it changed. A policy being deleted brings its own counts.
+func (r *policyReconciler) report(ctx context.Context, v policy.View, cached client.Object, f policyFacts, res reconcile.Result) (reconcile.Result, error) {
+	f.Generation, f.Finalizer = v.Object.GetGeneration(), v.Key.Finalizer()
+	if f.Vetoes = vetoes(v.Spec); f.Vetoes {
+		f.Admission = r.readAdmission(ctx)
+	}
+	deleting := v.Object.GetDeletionTimestamp() != nil
+	if !deleting {
+		var err error
+		if res, err = r.count(ctx, v, &f, res); err != nil {
 			return reconcile.Result{}, err
 		}
-		counts := countRuns(runs, time.Now(), r.stuckAfter)
-		st.ActiveRuns, st.StuckRuns = int32(counts.active), int32(counts.stuck)
-		st.MatchErrors = int32(r.matchErrs.count(v.Key))
-		r.metrics.activeRuns.WithLabelValues(v.Key.String()).Set(float64(counts.active))
-		r.metrics.stuckRuns.WithLabelValues(v.Key.String()).Set(float64(counts.stuck))
-		r.metrics.matchErrors.WithLabelValues(v.Key.String()).Set(float64(st.MatchErrors))
-		if counts.nextStuck > 0 {
-			// A run crosses the stuck threshold with nothing else happening: count it then.
-			res = earliest(res, reconcile.Result{RequeueAfter: counts.nextStuck})
-		}
 	}
-	r.metrics.protected.WithLabelValues(v.Key.String()).Set(float64(st.Protected))
-	r.setVetoEnforced(ctx, v)
 	origView, _ := policy.ViewOf(cached)
-	if equality.Semantic.DeepEqual(*origView.Status, *st) {
+	st := policyStatus(*origView.Status, f)
+	label := v.Key.String()
+	r.metrics.protected.WithLabelValues(label).Set(float64(st.Protected))
+	if !deleting {
+		r.metrics.activeRuns.WithLabelValues(label).Set(float64(st.ActiveRuns))
+		r.metrics.stuckRuns.WithLabelValues(label).Set(float64(st.StuckRuns))
+		r.metrics.matchErrors.WithLabelValues(label).Set(float64(st.MatchErrors))
+	}
+	if equality.Semantic.DeepEqual(*origView.Status, st) {
 		return res, nil
 	}
-	// A full update rather than a merge patch: a patch computed against the cached status omits
-	// counts that stay 0, and `kubectl get` would show them blank instead of 0.
-	// Update a copy: the client decodes the reply into the object it sends, reusing its maps, and
-	// the compiled policy in the registry shares v.Object's spec with target workers.
-	written := v.Object.DeepCopyObject().(client.Object)
+	*v.Status = st
+	return r.writeStatus(ctx, v.Object, res)
+}
+
+// count adds to f what the policy protects (once its target kind's watch has synced), its runs
+// and its match errors, and requeues for the moment a run crosses the stuck threshold.
+func (r *policyReconciler) count(ctx context.Context, v policy.View, f *policyFacts, res reconcile.Result) (reconcile.Result, error) {
+	gvk := targetGVK(v.Spec)
+	if r.watches.Watching(gvk) && r.watches.Synced(gvk) {
+		n := r.countProtected(gvk, v.Key, v.Key.Finalizer())
+		f.Protected = &n
+	} else if r.watches.Watching(gvk) {
+		res = earliest(res, reconcile.Result{RequeueAfter: waitSync})
+	}
+	runs, err := r.reads.runsOfPolicy(ctx, v.Key)
+	if err != nil {
+		return res, err
+	}
+	counts := countRuns(runs, time.Now(), r.stuckAfter)
+	matchErrors := r.matchErrs.count(v.Key)
+	f.Runs, f.MatchErrors = &counts, &matchErrors
+	if counts.nextStuck > 0 {
+		// A run crosses the stuck threshold with nothing else happening: count it then.
+		res = earliest(res, reconcile.Result{RequeueAfter: counts.nextStuck})
+	}
+	return res, nil
+}
+
+// writeStatus writes a policy's status. A full update rather than a merge patch: a patch computed
+// against the cached status omits counts that stay 0, and `kubectl get` would show them blank
+// instead of 0. It updates a copy: the client decodes the reply into the object it sends, reusing
+// its maps, and the compiled policy in the registry shares obj's spec with target workers.
+func (r *policyReconciler) writeStatus(ctx context.Context, obj client.Object, res reconcile.Result) (reconcile.Result, error) {
+	written := obj.DeepCopyObject().(client.Object)
 	if err := r.client.Status().Update(ctx, written); err != nil {
 		r.statusWritten.Set(client.ObjectKeyFromObject(written), ownwrites.Unknown)
 		if apierrors.IsNotFound(err) {
@@ -317,11 +334,6 @@ func (r *policyReconciler) writeStatus(ctx context.Context, v policy.View, cache
 	}
 	r.statusWritten.Set(client.ObjectKeyFromObject(written), written.GetResourceVersion())
 	return res, nil
-}
-
-func (r *policyReconciler) setReady(v policy.View, status metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&v.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: status, Reason: reason,
-		Message: msg, ObservedGeneration: v.Object.GetGeneration()})
 }
 
 // countProtected counts the cached objects in the policy's scope that carry its finalizer.

@@ -2,17 +2,12 @@ package engine
 
 import (
 	"context"
-	"fmt"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/engine/policy"
 )
 
 // The kinds of the admission policy that enforces vetoes, read as metadata only.
@@ -26,32 +21,15 @@ func vetoes(spec *v1alpha1.TeardownPolicySpec) bool {
 	return spec.DeletionGuard != nil || spec.Trigger == v1alpha1.TriggerDeleteRequest
 }
 
-// setVetoEnforced records on a policy that vetoes whether the admission policy and its binding
-// are installed: without them its verdicts are published and nothing refuses a DELETE.
-func (r *policyReconciler) setVetoEnforced(ctx context.Context, v policy.View) {
-	conds := &v.Status.Conditions
-	if !vetoes(v.Spec) {
-		meta.RemoveStatusCondition(conds, v1alpha1.ConditionVetoEnforced)
-		return
-	}
-	status, reason := metav1.ConditionTrue, v1alpha1.ReasonAdmissionInstalled
-	msg := fmt.Sprintf("ValidatingAdmissionPolicy %s and its binding are installed: a DELETE of a vetoed object is refused", v1alpha1.AdmissionPolicyName)
+// readAdmission reads the admission policy and its binding, that enforce the verdicts of a policy
+// that vetoes.
+func (r *policyReconciler) readAdmission(ctx context.Context) []admissionRead {
+	var reads []admissionRead
 	for _, gvk := range []schema.GroupVersionKind{admissionPolicyGVK, admissionBindingGVK} {
 		err := r.client.Get(ctx, client.ObjectKey{Name: v1alpha1.AdmissionPolicyName}, metaRef(gvk, "", ""))
-		switch {
-		case apierrors.IsNotFound(err):
-			status, reason = metav1.ConditionFalse, v1alpha1.ReasonAdmissionMissing
-			msg = fmt.Sprintf("%s %s is not installed: verdicts are published on objects and nothing refuses their deletion; install config/admission (the Helm chart does)", gvk.Kind, v1alpha1.AdmissionPolicyName)
-		case err != nil:
-			status, reason = metav1.ConditionUnknown, v1alpha1.ReasonAdmissionUnverified
-			msg = fmt.Sprintf("cannot read %s %s: %v", gvk.Kind, v1alpha1.AdmissionPolicyName, err)
-		default:
-			continue
-		}
-		break
+		reads = append(reads, admissionRead{Kind: gvk.Kind, Err: err})
 	}
-	meta.SetStatusCondition(conds, metav1.Condition{Type: v1alpha1.ConditionVetoEnforced, Status: status, Reason: reason,
-		Message: msg, ObservedGeneration: v.Object.GetGeneration()})
+	return reads
 }
 
 // policiesThatVeto maps a change to the admission policy to the policies of kind that veto.

@@ -1,0 +1,100 @@
+package engine
+
+import (
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+)
+
+// A policy's status is computed from facts its reconcile read, by policyStatus, a pure function,
+// then written once (policyReconciler.report), and its gauges set from the same result.
+
+// policyFacts are what a policy's status reports.
+type policyFacts struct {
+	Generation int64
+	Finalizer  string
+	// Ready is the Ready condition the compile (or the deletion) found; nil leaves it as it was
+	// (the watches not started yet).
+	Ready *readiness
+	// Protected, Runs and MatchErrors are the counts taken; nil leaves a count as it was (a
+	// watch not synced yet, a policy being deleted).
+	Protected   *int
+	Runs        *runCounts
+	MatchErrors *int
+	// Vetoes: the policy publishes verdicts the admission policy enforces (a deletion guard, or
+	// trigger DeleteRequest); Admission is what was read of that admission policy then.
+	Vetoes    bool
+	Admission []admissionRead
+}
+
+// readiness is a policy's Ready condition as its reconcile found it.
+type readiness struct {
+	status          metav1.ConditionStatus
+	reason, message string
+}
+
+func ready(reason, message string) *readiness {
+	return &readiness{status: metav1.ConditionTrue, reason: reason, message: message}
+}
+
+func notReady(reason, message string) *readiness {
+	return &readiness{status: metav1.ConditionFalse, reason: reason, message: message}
+}
+
+// admissionRead is the read of one of the objects that enforce vetoes (the admission policy and
+// its binding): nil Err when it exists.
+type admissionRead struct {
+	Kind string
+	Err  error
+}
+
+// policyStatus is the status a policy reports, from the one it had and the facts read now.
+func policyStatus(prev v1alpha1.TeardownPolicyStatus, f policyFacts) v1alpha1.TeardownPolicyStatus {
+	st := *prev.DeepCopy()
+	st.ObservedGeneration, st.Finalizer = f.Generation, f.Finalizer
+	if f.Protected != nil {
+		st.Protected = int32(*f.Protected)
+	}
+	if f.Runs != nil {
+		st.ActiveRuns, st.StuckRuns = int32(f.Runs.active), int32(f.Runs.stuck)
+	}
+	if f.MatchErrors != nil {
+		st.MatchErrors = int32(*f.MatchErrors)
+	}
+	if r := f.Ready; r != nil {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: r.status, Reason: r.reason,
+			Message: r.message, ObservedGeneration: f.Generation})
+	}
+	if !f.Vetoes {
+		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionVetoEnforced)
+		return st
+	}
+	c := vetoEnforced(f.Admission)
+	c.ObservedGeneration = f.Generation
+	meta.SetStatusCondition(&st.Conditions, c)
+	return st
+}
+
+// vetoEnforced is the VetoEnforced condition of a policy that vetoes: whether the admission
+// policy and its binding are installed (without them its verdicts are published and nothing
+// refuses a DELETE). Of several problems, the last read's is reported.
+func vetoEnforced(reads []admissionRead) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionVetoEnforced, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAdmissionInstalled,
+		Message: fmt.Sprintf("ValidatingAdmissionPolicy %s and its binding are installed: a DELETE of a vetoed object is refused", v1alpha1.AdmissionPolicyName)}
+	for _, r := range reads {
+		switch {
+		case r.Err == nil:
+		case apierrors.IsNotFound(r.Err):
+			c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonAdmissionMissing
+			c.Message = fmt.Sprintf("%s %s is not installed: verdicts are published on objects and nothing refuses their deletion; install config/admission (the Helm chart does)", r.Kind, v1alpha1.AdmissionPolicyName)
+		default:
+			c.Status, c.Reason = metav1.ConditionUnknown, v1alpha1.ReasonAdmissionUnverified
+			c.Message = fmt.Sprintf("cannot read %s %s: %v", r.Kind, v1alpha1.AdmissionPolicyName, r.Err)
+		}
+	}
+	return c
+}
