@@ -95,8 +95,7 @@ func (k *kube) runsNamed(ctx context.Context, gk schema.GroupKind, ns, name stri
 	runs, err := k.listRuns(ctx, sel, ns)
 	runs = slices.DeleteFunc(runs, func(run v1alpha1.TeardownRun) bool {
 		t := run.Spec.Target
-		gv, _ := schema.ParseGroupVersion(t.APIVersion)
-		return t.Kind != gk.Kind || gv.Group != gk.Group || t.Namespace != ns || t.Name != name
+		return t.GroupVersionKind().GroupKind() != gk || t.Namespace != ns || t.Name != name
 	})
 	sortRuns(runs)
 	return runs, err

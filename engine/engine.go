@@ -108,6 +108,11 @@ func (k TargetKey) GVK() schema.GroupVersionKind {
 	return k.kind.Value()
 }
 
+// targetKeyOf is the key of the object a run tears down.
+func targetKeyOf(t v1alpha1.TargetObjectReference) TargetKey {
+	return NewTargetKey(t.GroupVersionKind(), t.Namespace, t.Name)
+}
+
 func (k TargetKey) String() string {
 	return fmt.Sprintf("%s %s/%s", k.GVK().Kind, k.Namespace, k.Name)
 }
@@ -212,7 +217,7 @@ func (e *Engine) indexRuns(ctx context.Context, mgr manager.Manager) error {
 	}
 	return idx.IndexField(ctx, &v1alpha1.TeardownRun{}, indexPolicy, func(o client.Object) []string {
 		ref := o.(*v1alpha1.TeardownRun).Spec.PolicyRef
-		return []string{policy.Key{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}.String()}
+		return []string{policy.KeyOf(ref).String()}
 	})
 }
 

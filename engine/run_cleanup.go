@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -118,8 +117,7 @@ func (r *runReconciler) releaseTarget(ctx context.Context, run *v1alpha1.Teardow
 		}
 	}
 	t := run.Spec.Target
-	gv, _ := schema.ParseGroupVersion(t.APIVersion)
-	key := NewTargetKey(gv.WithKind(t.Kind), t.Namespace, t.Name)
+	key := targetKeyOf(t)
 	if _, err := r.fin.remove(ctx, key.GVK(), t.Namespace, t.Name, t.UID, run.Spec.Finalizer); err != nil && !meta.IsNoMatchError(err) {
 		return 0, fmt.Errorf("releasing %s %s/%s: %w", t.Kind, t.Namespace, t.Name, err)
 	}
@@ -133,8 +131,7 @@ func (r *runReconciler) releaseTarget(ctx context.Context, run *v1alpha1.Teardow
 // says so, or the kind is not watched (its policy is gone) and only the API server can tell.
 func (r *runReconciler) holdsTarget(run *v1alpha1.TeardownRun) bool {
 	t := run.Spec.Target
-	gv, _ := schema.ParseGroupVersion(t.APIVersion)
-	gvk := gv.WithKind(t.Kind)
+	gvk := t.GroupVersionKind()
 	if !r.watches.Synced(gvk) {
 		return true
 	}

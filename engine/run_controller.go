@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -112,8 +111,7 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 // pipeline, trust and a retry request.
 func (r *runReconciler) read(ctx context.Context, cached *v1alpha1.TeardownRun) (*pass, pipeline.Facts, error) {
 	t := cached.Spec.Target
-	gv, _ := schema.ParseGroupVersion(t.APIVersion)
-	p := &pass{orig: cached, run: cached.DeepCopy(), tkey: NewTargetKey(gv.WithKind(t.Kind), t.Namespace, t.Name)}
+	p := &pass{orig: cached, run: cached.DeepCopy(), tkey: targetKeyOf(t)}
 	facts := pipeline.Facts{Now: time.Now(), Rejected: trusted(r.runNamespace, cached)}
 	if v := cached.Annotations[v1alpha1.AnnotationRetry]; v != "" {
 		facts.Retry = v
@@ -176,7 +174,7 @@ func (r *runReconciler) breakGlass(run *v1alpha1.TeardownRun, target *metav1.Par
 		}
 	}
 	ref := run.Spec.PolicyRef
-	if c := r.registry.Get(policy.Key{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}); c != nil && c.Suspended && c.UID == ref.UID {
+	if c := r.registry.Get(policy.KeyOf(ref)); c != nil && c.Suspended && c.UID == ref.UID {
 		who := fmt.Sprintf("spec.suspend on %s %s", ref.Kind, ref.Name)
 		if c.SuspendedBy != "" {
 			who += ", set by field manager " + c.SuspendedBy
@@ -189,7 +187,7 @@ func (r *runReconciler) breakGlass(run *v1alpha1.TeardownRun, target *metav1.Par
 // observe makes a written pass's metric observations.
 func (r *runReconciler) observe(run *v1alpha1.TeardownRun, obs []pipeline.Observation) {
 	ref := run.Spec.PolicyRef
-	label := policy.Key{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}.String()
+	label := policy.KeyOf(ref).String()
 	for _, o := range obs {
 		switch o.Metric {
 		case pipeline.StepFailure:

@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,8 +41,7 @@ const approvalRecheck = 250 * time.Millisecond
 // nothing a user could not lift already with teardown.dev/abandon.
 func (r *runReconciler) deleteTarget(ctx context.Context, run *v1alpha1.TeardownRun) (time.Duration, error) {
 	t := run.Spec.Target
-	gv, _ := schema.ParseGroupVersion(t.APIVersion)
-	key := NewTargetKey(gv.WithKind(t.Kind), t.Namespace, t.Name)
+	key := targetKeyOf(t)
 	if m, ok := r.watches.Get(key.GVK(), t.Namespace, t.Name); ok && m.UID == t.UID {
 		if m.DeletionTimestamp != nil {
 			return 0, nil
@@ -89,7 +87,7 @@ const deleteRefusedRecheck = 10 * time.Second
 // verdict without the policy's arming. It returns how soon to look again; 0 once lifted.
 func (r *runReconciler) liftVeto(ctx context.Context, run *v1alpha1.TeardownRun, key TargetKey, m *metav1.PartialObjectMetadata) (time.Duration, error) {
 	ref := run.Spec.PolicyRef
-	pk := policy.Key{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
+	pk := policy.KeyOf(ref)
 	if m.Annotations[v1alpha1.AnnotationDeletedByRun] != run.Name {
 		// The UID in the patch makes it a precondition: a recreated object is not annotated.
 		body, err := json.Marshal(map[string]any{"metadata": map[string]any{
@@ -116,8 +114,7 @@ func (r *runReconciler) liftVeto(ctx context.Context, run *v1alpha1.TeardownRun,
 // request.
 func (r *runReconciler) cancelled(ctx context.Context, run *v1alpha1.TeardownRun) (reconcile.Result, error) {
 	t := run.Spec.Target
-	gv, _ := schema.ParseGroupVersion(t.APIVersion)
-	if live, err := r.readTarget(ctx, NewTargetKey(gv.WithKind(t.Kind), t.Namespace, t.Name), t.UID, false); err != nil || live != nil {
+	if live, err := r.readTarget(ctx, targetKeyOf(t), t.UID, false); err != nil || live != nil {
 		return reconcile.Result{}, err
 	}
 	if err := r.settle(ctx, run); err != nil {

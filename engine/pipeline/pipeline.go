@@ -158,7 +158,7 @@ func Advance(ctx context.Context, run *v1alpha1.TeardownRun, f Facts) Effects {
 		// Said only of a run that goes on past its first pass: one that ends in it is told by
 		// its end alone (events are most of the API writes of a fast teardown).
 		ref := run.Spec.PolicyRef
-		started := p.startedNote(policy.Key{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}.String())
+		started := p.startedNote(policy.KeyOf(ref).String())
 		p.out.Events = append([]Event{started}, p.out.Events...)
 	}
 	return p.out

@@ -49,6 +49,11 @@ func (k Key) Namespaced() bool { return k.Kind == KindNamespaced }
 // Finalizer returns the finalizer the policy puts on its targets.
 func (k Key) Finalizer() string { return naming.Finalizer(k.Kind, k.Name) }
 
+// KeyOf is the key of the policy a run refers to.
+func KeyOf(ref v1alpha1.PolicyReference) Key {
+	return Key{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
+}
+
 // View is the part of either policy kind the engine reads.
 type View struct {
 	Key               Key
@@ -253,8 +258,7 @@ func (c *Compiler) PipelineForRun(run *v1alpha1.TeardownRun) (*Pipeline, error) 
 	if run.Spec.PolicyRef.Kind == KindNamespaced {
 		ns = run.Spec.PolicyRef.Namespace
 	}
-	gv, _ := schema.ParseGroupVersion(run.Spec.Target.APIVersion)
-	p, errs := c.compilePipeline(&run.Spec.Pipeline, ns, gv.WithKind(run.Spec.Target.Kind), field.NewPath("spec", "pipeline"))
+	p, errs := c.compilePipeline(&run.Spec.Pipeline, ns, run.Spec.Target.GroupVersionKind(), field.NewPath("spec", "pipeline"))
 	if len(errs) > 0 {
 		// A run copied its pipeline from a policy that compiled then: checks added since (typed
 		// variables, step references, discovery) must not fail its teardown in flight.

@@ -34,6 +34,9 @@ const (
 // later clock variable. Step kinds reserve theirs with Reserve.
 var builtins = []string{VarObject, VarSteps, VarRun, "now"}
 
+// Builtins returns the names every environment reserves (see Reserve for step kinds' own).
+func Builtins() []string { return slices.Clone(builtins) }
+
 // Reserve returns an environment in which names (variables step kinds bind, such as an http
 // step's response) cannot be taken by a policy's own names (a wait step's lookups).
 func (e *Env) Reserve(names ...string) *Env {

@@ -19,25 +19,41 @@ import (
 	"github.com/teardown-dev/teardown-operator/steps/wait"
 )
 
-// Options configure the built-in kinds.
+// Options configure the built-in kinds. The operator sets HTTP and Job; the seams (Lister, Logs,
+// and HTTP.Transport) let kubectl teardown test run the same kinds against a world of its own.
 type Options struct {
 	HTTP httpstep.Options
 	Job  jobstep.Options
+	// Lister lists what wait steps look up; nil lists from the API server (Deps.Reader).
+	Lister wait.Lister
+	// Logs reads the logs of failed Job pods; nil reads them from the API server (Deps.Config).
+	Logs jobstep.LogReader
 }
 
-// Kinds returns a factory for every built-in step kind.
+// Kinds returns a factory for every built-in step kind. It is the one list of step kinds: the
+// operator, the integration suites and kubectl teardown test build theirs from it, and a test
+// checks it against the CRD's rules that name them.
 func Kinds(opts Options) []steps.Factory {
 	return []steps.Factory{
-		func(d steps.Deps) steps.Kind { return wait.New(wait.NewAPILister(d.Reader, d.Mapper)) },
+		func(d steps.Deps) steps.Kind {
+			lister := opts.Lister
+			if lister == nil {
+				lister = wait.NewAPILister(d.Reader, d.Mapper)
+			}
+			return wait.New(lister)
+		},
 		func(d steps.Deps) steps.Kind {
 			h := opts.HTTP
 			h.Fence = d.Fence
 			return httpstep.New(d.Reader, d.Wake, h)
 		},
 		func(d steps.Deps) steps.Kind {
-			logs, err := jobstep.NewLogReader(d.Config)
-			if err != nil {
-				logs = noLogs{err}
+			logs := opts.Logs
+			if logs == nil {
+				var err error
+				if logs, err = jobstep.NewLogReader(d.Config); err != nil {
+					logs = noLogs{err}
+				}
 			}
 			return jobstep.New(d.Client, d.Reader, logs, d.NamespaceTerminating, opts.Job)
 		},
