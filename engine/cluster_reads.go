@@ -12,6 +12,7 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
 )
 
 // clusterReads are the cached reads several reconcilers make: runs by target and by policy, and
@@ -53,6 +54,33 @@ func (c clusterReads) namespace(ctx context.Context, ns string) (*metav1.Partial
 	m := metaRef(namespaceGVK, "", ns)
 	err := c.client.Get(ctx, client.ObjectKey{Name: ns}, m)
 	return m, err
+}
+
+// policyOfFinalizerExists reports whether a policy that a teardown finalizer names exists, in
+// the cache, compiled or not; a policy of namespace ns or a cluster policy. A read that fails
+// counts as existing: a finalizer is never dropped on a guess.
+func (c clusterReads) policyOfFinalizerExists(ctx context.Context, finalizer, ns string) bool {
+	var nsList v1alpha1.TeardownPolicyList
+	if ns != "" {
+		if err := c.client.List(ctx, &nsList, client.InNamespace(ns)); err != nil {
+			return true
+		}
+	}
+	for _, p := range nsList.Items {
+		if naming.Finalizer(policy.KindNamespaced, p.Name) == finalizer {
+			return true
+		}
+	}
+	var cl v1alpha1.ClusterTeardownPolicyList
+	if err := c.client.List(ctx, &cl); err != nil {
+		return true
+	}
+	for _, p := range cl.Items {
+		if naming.Finalizer(policy.KindCluster, p.Name) == finalizer {
+			return true
+		}
+	}
+	return false
 }
 
 // readObject reads the whole object key names from the API server; nil means it is gone.

@@ -29,11 +29,11 @@ const policyWorkers = 2
 
 // setupControllers registers the policy, namespace, target and run controllers with mgr.
 func (e *Engine) setupControllers(mgr manager.Manager) error {
-	// One run reconciler: the target controller starts a new run's first pass with it (runStarter).
-	e.runs = &runReconciler{client: e.client, reader: e.reader, registry: e.registry,
-		compiler: e.compiler, watches: e.watches, events: e.events, metrics: e.metrics, written: e.written,
+	// One run reconciler: the target controller starts runs and asks after them through it (runSide).
+	e.runs = &runReconciler{client: e.client, reader: e.reader, policies: compiledPolicies{e.registry, e.compiler},
+		watches: e.watches, events: e.events, metrics: e.metrics, written: e.written,
 		released: e.released, lookups: e.lookups, kinds: e.kinds, runNamespace: e.opts.RunNamespace, retention: e.opts.RunRetention,
-		fin: e.fin, wake: e.wake, reads: e.reads}
+		fin: e.fin, requeue: &e.wake.runs, reads: e.reads}
 	for _, setup := range []func(manager.Manager) error{e.setupPolicies, e.setupNamespaces, e.setupTargets, e.setupRuns} {
 		if err := setup(mgr); err != nil {
 			return err
@@ -45,10 +45,10 @@ func (e *Engine) setupControllers(mgr manager.Manager) error {
 // setupPolicies watches both kinds of policy, and their runs for the counts in their status.
 func (e *Engine) setupPolicies(mgr manager.Manager) error {
 	dryRuns := newDryRuns(e.opts.RunNamespace)
+	counter := &policyCounter{watches: e.watches, reader: e.reader, reads: e.reads, matchErrs: e.matchErrs, metrics: e.metrics, stuckAfter: e.opts.StuckAfter}
 	for kind, obj := range map[string]client.Object{policy.KindNamespaced: &v1alpha1.TeardownPolicy{}, policy.KindCluster: &v1alpha1.ClusterTeardownPolicy{}} {
 		r := &policyReconciler{kind: kind, client: e.client, reader: e.reader, registry: e.registry, compiler: e.compiler,
-			watches: e.watches, metrics: e.metrics, matchErrs: e.matchErrs, stuckAfter: e.opts.StuckAfter,
-			fin: e.fin, reads: e.reads, wake: e.wake, served: e.served, statusWritten: ownwrites.NewVersions[types.NamespacedName](), dryRuns: dryRuns}
+			watches: e.watches, counter: counter, fin: e.fin, reads: e.reads, wake: e.wake, served: e.served, statusWritten: ownwrites.NewVersions[types.NamespacedName](), dryRuns: dryRuns}
 		err := builder.ControllerManagedBy(mgr).
 			Named(kind).
 			// The policy's own status writes must not wake it: each would recount and write again
@@ -107,17 +107,18 @@ func (e *Engine) setupNamespaces(mgr manager.Manager) error {
 // guardEvents for what deletion guards look up).
 func (e *Engine) setupTargets(mgr manager.Manager) error {
 	tc, err := controller.NewTyped[TargetKey]("target", mgr, controller.TypedOptions[TargetKey]{
-		Reconciler: requeueConflicts[TargetKey](&targetReconciler{client: e.client, reader: e.reader, registry: e.registry,
-			watches: e.watches, events: e.events, matchErrs: e.matchErrs, runNamespace: e.opts.RunNamespace,
-			fin: e.fin, reads: e.reads, wake: e.wake, runs: e.runs, released: e.released, echoes: e.echoes,
-			lister: lookup.NewAPILister(e.reader, mgr.GetRESTMapper()), guardInterest: e.guards}),
+		Reconciler: requeueConflicts[TargetKey](&targetReconciler{reader: e.reader, registry: e.registry,
+			watches: e.watches, events: e.events, reads: e.reads, runs: e.runs,
+			arming:  armer{fin: e.fin, echoes: e.echoes},
+			guard:   &deletionGuards{lister: lookup.NewAPILister(e.reader, mgr.GetRESTMapper()), interest: e.guards, watches: e.watches, client: e.client},
+			matches: matchReports{errs: e.matchErrs, wake: e.wake}}),
 		MaxConcurrentReconciles: e.opts.TargetWorkers,
 	})
 	if err != nil {
 		return fmt.Errorf("target controller: %w", err)
 	}
 	e.router.register(
-		targetEvents{registry: e.registry, echoes: e.echoes, released: e.released, targets: &e.wake.targets},
+		targetEvents{registry: e.registry, echoes: e.echoes, targets: &e.wake.targets},
 		guardEvents{guards: e.guards, watches: e.watches, targets: &e.wake.targets})
 	return tc.Watch(e.wake.targets.source())
 }
@@ -125,7 +126,7 @@ func (e *Engine) setupTargets(mgr manager.Manager) error {
 // setupRuns runs the run controller, woken by the objects steps create for runs (Jobs) too, by
 // changes of their targets (runEvents) and by the kinds their wait steps look up (lookupEvents).
 func (e *Engine) setupRuns(mgr manager.Manager) error {
-	e.router.register(runEvents{runsOf: e.reads.runsOfTarget, runs: &e.wake.runs}, lookupEvents{lookups: e.lookups, runs: &e.wake.runs})
+	e.router.register(runEvents{runsOf: e.reads.runsOfTarget, released: e.released, runs: &e.wake.runs}, lookupEvents{lookups: e.lookups, runs: &e.wake.runs})
 	runs := builder.ControllerManagedBy(mgr).
 		Named("teardownrun")
 	for _, k := range e.kinds {

@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -37,19 +36,18 @@ const (
 )
 
 type policyReconciler struct {
-	kind       string
-	client     client.Client
-	reader     client.Reader
-	registry   *policy.Registry
-	compiler   *policy.Compiler
-	watches    *watch.Manager
-	metrics    *metrics
-	matchErrs  *matchErrors
-	stuckAfter time.Duration
-	fin        *finalizerWriter
-	reads      clusterReads
-	wake       *wakeups
-	served     servedKinds
+	kind     string
+	client   client.Client
+	reader   client.Reader
+	registry *policy.Registry
+	compiler *policy.Compiler
+	watches  *watch.Manager
+	// counter counts what the status reports and sets the policies' gauges.
+	counter *policyCounter
+	fin     *finalizerWriter
+	reads   clusterReads
+	wake    *wakeups
+	served  servedKinds
 	// statusWritten are the versions of this kind's policies as their last status write left
 	// them.
 	statusWritten *ownwrites.Versions[types.NamespacedName]
@@ -188,13 +186,13 @@ func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, c
 		if !r.watches.Synced(gvk) {
 			return reconcile.Result{RequeueAfter: waitSync}, nil
 		}
-		remaining = r.countProtected(gvk, v.Key, compiled.Finalizer)
+		remaining = r.counter.protected(gvk, v.Key, compiled.Finalizer)
 	}
-	runs, err := r.reads.runsOfPolicy(ctx, v.Key)
+	counts, err := r.counter.runs(ctx, v.Key)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	active = countRuns(runs, time.Now(), r.stuckAfter).active
+	active = counts.active
 	if remaining > 0 || active > 0 {
 		msg := fmt.Sprintf("policy is being deleted: waiting for %d objects to lose finalizer %s and %d runs to finish", remaining, compiled.Finalizer, active)
 		if v.Key.Namespaced() && r.reads.namespaceTerminating(ctx, v.Key.Namespace) {
@@ -210,7 +208,7 @@ func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, c
 	// computed before the deletion may still land after the cache count, and once this policy is
 	// gone nothing would watch that kind to remove it.
 	if _, err := r.watches.Mapping(gvk); err == nil && !gone {
-		n, err := r.countProtectedLive(ctx, gvk, v.Key.Namespace, compiled.Finalizer)
+		n, err := r.counter.protectedLive(ctx, gvk, v.Key.Namespace, compiled.Finalizer)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -239,8 +237,7 @@ func (r *policyReconciler) forget(key policy.Key) {
 		r.wake.enqueueTargets(prev.GVK, key.Namespace)
 		r.watches.Release(prev.GVK, consumerOf(key))
 	}
-	r.metrics.forget(key.String())
-	r.matchErrs.forgetPolicy(key)
+	r.counter.forget(key)
 }
 
 func (r *policyReconciler) ensureFinalizer(ctx context.Context, obj client.Object) error {
@@ -281,13 +278,7 @@ func (r *policyReconciler) report(ctx context.Context, v policy.View, cached cli
 	}
 	origView, _ := policy.ViewOf(cached)
 	st := policyStatus(*origView.Status, f)
-	label := v.Key.String()
-	r.metrics.protected.WithLabelValues(label).Set(float64(st.Protected))
-	if !deleting {
-		r.metrics.activeRuns.WithLabelValues(label).Set(float64(st.ActiveRuns))
-		r.metrics.stuckRuns.WithLabelValues(label).Set(float64(st.StuckRuns))
-		r.metrics.matchErrors.WithLabelValues(label).Set(float64(st.MatchErrors))
-	}
+	r.counter.gauges(v.Key, st, deleting)
 	if equality.Semantic.DeepEqual(*origView.Status, st) {
 		return res, nil
 	}
@@ -300,17 +291,16 @@ func (r *policyReconciler) report(ctx context.Context, v policy.View, cached cli
 func (r *policyReconciler) count(ctx context.Context, v policy.View, f *policyFacts, res reconcile.Result) (reconcile.Result, error) {
 	gvk := targetGVK(v.Spec)
 	if r.watches.Watching(gvk) && r.watches.Synced(gvk) {
-		n := r.countProtected(gvk, v.Key, v.Key.Finalizer())
+		n := r.counter.protected(gvk, v.Key, v.Key.Finalizer())
 		f.Protected = &n
 	} else if r.watches.Watching(gvk) {
 		res = earliest(res, reconcile.Result{RequeueAfter: waitSync})
 	}
-	runs, err := r.reads.runsOfPolicy(ctx, v.Key)
+	counts, err := r.counter.runs(ctx, v.Key)
 	if err != nil {
 		return res, err
 	}
-	counts := countRuns(runs, time.Now(), r.stuckAfter)
-	matchErrors := r.matchErrs.count(v.Key)
+	matchErrors := r.counter.matchErrs.count(v.Key)
 	f.Runs, f.MatchErrors = &counts, &matchErrors
 	if counts.nextStuck > 0 {
 		// A run crosses the stuck threshold with nothing else happening: count it then.
@@ -334,43 +324,6 @@ func (r *policyReconciler) writeStatus(ctx context.Context, obj client.Object, r
 	}
 	r.statusWritten.Set(client.ObjectKeyFromObject(written), written.GetResourceVersion())
 	return res, nil
-}
-
-// countProtected counts the cached objects in the policy's scope that carry its finalizer.
-func (r *policyReconciler) countProtected(gvk schema.GroupVersionKind, key policy.Key, finalizer string) int {
-	n := 0
-	for _, o := range r.watches.List(gvk, key.Namespace) {
-		if slices.Contains(o.Finalizers, finalizer) {
-			n++
-		}
-	}
-	return n
-}
-
-// countProtectedLive counts, from the API server, the objects of gvk in namespace (empty: all)
-// that carry finalizer. It pages through metadata only.
-func (r *policyReconciler) countProtectedLive(ctx context.Context, gvk schema.GroupVersionKind, namespace, finalizer string) (int, error) {
-	n := 0
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-	opts := []client.ListOption{client.Limit(500)}
-	if namespace != "" {
-		opts = append(opts, client.InNamespace(namespace))
-	}
-	for {
-		if err := r.reader.List(ctx, list, opts...); err != nil {
-			return 0, fmt.Errorf("listing %s: %w", gvk.Kind, err)
-		}
-		for _, o := range list.Items {
-			if slices.Contains(o.Finalizers, finalizer) {
-				n++
-			}
-		}
-		if list.Continue == "" {
-			return n, nil
-		}
-		opts = append(opts, client.Continue(list.Continue))
-	}
 }
 
 // enqueueRuns queues the policy's unfinished runs (suspend abandons them).

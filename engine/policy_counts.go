@@ -118,6 +118,21 @@ func countRuns(runs []v1alpha1.TeardownRun, now time.Time, stuckAfter time.Durat
 // stuckMargin puts the recount just past a run's stuck crossing rather than on it.
 const stuckMargin = 100 * time.Millisecond
 
+// matchReports is how the target side reports to the policies' status the objects whose match
+// fails to evaluate: it records them and has the policy recounted.
+type matchReports struct {
+	errs *matchErrors
+	wake *wakeups
+}
+
+// set records whether obj's match failed for pkey; it reports whether that changed.
+func (m matchReports) set(pkey policy.Key, obj TargetKey, failed bool) bool {
+	return m.errs.set(pkey, obj, failed)
+}
+
+// recount queues a status recount of the policy.
+func (m matchReports) recount(pkey policy.Key) { m.wake.recountPolicy(pkey) }
+
 // matchErrors records, per policy, the objects whose match failed to evaluate the last time
 // they were looked at, for the policy's status.matchErrors. It is safe for concurrent use.
 type matchErrors struct {

@@ -32,22 +32,39 @@ import (
 // it reads the world (the run, its target, break glass, its compiled pipeline), lets the pure
 // state machine (engine/pipeline) decide, writes the status, and only then applies the effects.
 type runReconciler struct {
-	client       client.Client
-	reader       client.Reader
-	registry     *policy.Registry
-	compiler     *policy.Compiler
-	watches      *watch.Manager
-	events       *eventsink.Sink
-	metrics      *metrics
-	written      *ownwrites.Versions[types.NamespacedName]
-	released     *ownwrites.Releases[TargetKey]
+	client client.Client
+	// reader reads from the API server what the caches may not show yet.
+	reader   client.Reader
+	policies runPolicies
+	watches  *watch.Manager
+	events   *eventsink.Sink
+	metrics  *metrics
+	// written and released are what the run side wrote that the caches may not show yet: run
+	// versions, and finalizers released from targets (see ownwrites).
+	written  *ownwrites.Versions[types.NamespacedName]
+	released *ownwrites.Releases[TargetKey]
+	// lookups records what runs' steps look up, to be woken (lookupEvents).
 	lookups      *interest[reconcile.Request]
 	kinds        steps.Registry
 	runNamespace string
 	retention    time.Duration
 	fin          *finalizerWriter
-	wake         *wakeups
-	reads        clusterReads
+	// requeue is the run controller's own queue.
+	requeue queue[reconcile.Request]
+	reads   clusterReads
+}
+
+// runPolicies is what the run side needs of the compiled policies: a policy's state, and the
+// pipeline a run was started with (compiled again from the run if its policy changed since).
+type runPolicies interface {
+	Get(key policy.Key) *policy.Compiled
+	PipelineForRun(run *v1alpha1.TeardownRun) (*policy.Pipeline, error)
+}
+
+// compiledPolicies joins the registry and the compiler into runPolicies.
+type compiledPolicies struct {
+	*policy.Registry
+	*policy.Compiler
 }
 
 // pass is one reconcile of a run: the run as read and as edited, and what was read of its target.
@@ -139,7 +156,7 @@ func (r *runReconciler) read(ctx context.Context, cached *v1alpha1.TeardownRun) 
 	}
 	restart := cached.Status.Phase == v1alpha1.RunCancelled && facts.Requested != "" // a new request
 	if facts.Rejected == nil && (!cached.Status.Phase.Finished() || facts.Retry != "" || restart) {
-		p.pipe, facts.CompileErr = r.compiler.PipelineForRun(cached)
+		p.pipe, facts.CompileErr = r.policies.PipelineForRun(cached)
 		facts.Pipeline = p.pipe
 	}
 	return p, facts, nil
@@ -174,7 +191,7 @@ func (r *runReconciler) breakGlass(run *v1alpha1.TeardownRun, target *metav1.Par
 		}
 	}
 	ref := run.Spec.PolicyRef
-	if c := r.registry.Get(policy.KeyOf(ref)); c != nil && c.Suspended && c.UID == ref.UID {
+	if c := r.policies.Get(policy.KeyOf(ref)); c != nil && c.Suspended && c.UID == ref.UID {
 		who := fmt.Sprintf("spec.suspend on %s %s", ref.Kind, ref.Name)
 		if c.SuspendedBy != "" {
 			who += ", set by field manager " + c.SuspendedBy
@@ -224,7 +241,7 @@ func (r *runReconciler) releaseSettled(ctx context.Context, p *pass) {
 	pipe := p.pipe
 	if pipe == nil {
 		var err error
-		if pipe, err = r.compiler.PipelineForRun(p.run); err != nil {
+		if pipe, err = r.policies.PipelineForRun(p.run); err != nil {
 			return
 		}
 	}

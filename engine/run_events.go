@@ -8,21 +8,29 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/ownwrites"
 	"github.com/teardown-dev/teardown-operator/engine/watch"
 )
 
 // runEvents is the run reconciler's handler for target events: a change that concerns a target's
-// unfinished runs wakes them (runsCare).
+// unfinished runs wakes them (runsCare), and the finalizers runs released that the cached object
+// shows gone, or the object itself, are forgotten.
 type runEvents struct {
 	// runsOf returns the cached runs of the target of that UID.
-	runsOf func(ctx context.Context, uid types.UID) []v1alpha1.TeardownRun
-	runs   queue[reconcile.Request]
+	runsOf   func(ctx context.Context, uid types.UID) []v1alpha1.TeardownRun
+	released *ownwrites.Releases[TargetKey]
+	runs     queue[reconcile.Request]
 }
 
 // vanishedDelay is how long after a target is gone its unfinished runs look at it.
 const vanishedDelay = 2 * time.Second
 
 func (h runEvents) handle(ev watch.Event) {
+	if key := NewTargetKey(ev.GVK, ev.Object.Namespace, ev.Object.Name); ev.Deleted {
+		h.released.Forget(key)
+	} else {
+		h.released.Prune(key, ev.Object)
+	}
 	if !runsCare(ev) {
 		return
 	}

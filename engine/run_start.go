@@ -20,16 +20,6 @@ import (
 	"github.com/teardown-dev/teardown-operator/internal/naming"
 )
 
-// runStarter is the run side as the target reconciler sees it: it starts a deletion's run, finds a
-// run made in the object's namespace before that namespace began to go, and tells whether it has
-// recorded a run the run cache may not show yet (or finishes the release of one recorded).
-type runStarter interface {
-	start(ctx context.Context, s runStart) error
-	existingRun(ctx context.Context, key TargetKey, name string) bool
-	recordedHere(c *policy.Compiled, key TargetKey, uid types.UID) bool
-	recorded(ctx context.Context, key client.ObjectKey) error
-}
-
 // runStart is a deletion's run as the target side hands it to the run side to start.
 type runStart struct {
 	run    *v1alpha1.TeardownRun
@@ -50,6 +40,9 @@ type runStart struct {
 // the run (an http step's Idempotency-Key), and a step that needs the run recorded (a Job step)
 // stops the pass before it starts.
 func (r *runReconciler) start(ctx context.Context, s runStart) error {
+	if !s.plan.FromCache && s.plan.Moved && r.existingRun(ctx, s.key, s.run.Name) {
+		return nil // made before the namespace's deletion began: it goes on
+	}
 	run, c := s.run, s.policy
 	p := &pass{orig: run.DeepCopy(), run: run, tkey: s.key, target: s.target, pipe: c.Pipeline}
 	facts := pipeline.Facts{Now: time.Now(), Pipeline: c.Pipeline, Unborn: true, BreakGlass: r.breakGlass(run, s.target), Requested: s.requested,
@@ -141,7 +134,7 @@ func (r *runReconciler) existingRun(ctx context.Context, key TargetKey, name str
 	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: name}, existing); err != nil {
 		return false
 	}
-	r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(existing)})
+	r.requeue.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(existing)})
 	return true
 }
 
@@ -188,7 +181,7 @@ func (r *runReconciler) recorded(ctx context.Context, key client.ObjectKey) erro
 		return client.IgnoreNotFound(err)
 	}
 	if existing.Labels[v1alpha1.LabelReleased] == "" || trusted(r.runNamespace, existing) != nil {
-		r.wake.runs.Add(reconcile.Request{NamespacedName: key})
+		r.requeue.Add(reconcile.Request{NamespacedName: key})
 		return nil
 	}
 	wait, err := r.releaseTarget(ctx, existing)

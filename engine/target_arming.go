@@ -6,29 +6,44 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/teardown-dev/teardown-operator/engine/ownwrites"
 )
+
+// armer writes the finalizers of the target reconciler's objects, and remembers the echo of an
+// arming write that has nothing to reconcile.
+type armer struct {
+	fin    *finalizerWriter
+	echoes *ownwrites.Echoes[TargetKey]
+}
 
 // arm writes the live object's finalizers. A request on an object just armed is looked at once
 // its finalizer is in the cache, and a guard that could not be evaluated is tried again: the
-// write's own event does both. Without a two-phase policy or a guard that event has nothing to do,
-// and is not reconciled (ownwrites.Echoes).
-func (r *targetReconciler) arm(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, finalizers []string) error {
-	skipEcho := r.finalizersOnly(key)
+// write's own event does both. When the object's policies ask no more than its finalizers
+// (skipEcho), that event has nothing to do, and is not reconciled (ownwrites.Echoes).
+func (a armer) arm(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, finalizers []string, skipEcho bool) error {
 	if skipEcho {
-		r.echoes.Expect(key, finalizers)
+		a.echoes.Expect(key, finalizers)
 	}
-	rv, err := r.fin.write(ctx, key.GVK(), obj, finalizers)
+	rv, err := a.fin.write(ctx, key.GVK(), obj, finalizers)
 	if err != nil {
-		r.echoes.Cancel(key)
+		a.echoes.Cancel(key)
 		if apierrors.IsNotFound(err) {
 			return nil // it went: nothing to protect
 		}
 		return fmt.Errorf("writing finalizers of %s: %w", key, err)
 	}
 	if skipEcho {
-		r.echoes.Wrote(key, rv)
+		a.echoes.Wrote(key, rv)
 	}
 	return nil
+}
+
+// release removes one finalizer from the object of that UID.
+func (a armer) release(ctx context.Context, key TargetKey, uid types.UID, finalizer string) error {
+	_, err := a.fin.remove(ctx, key.GVK(), key.Namespace, key.Name, uid, finalizer)
+	return err
 }
 
 // finalizersOnly reports whether the policies that may protect the object key names ask no more

@@ -19,33 +19,28 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/eventsink"
-	"github.com/teardown-dev/teardown-operator/engine/ownwrites"
 	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/engine/watch"
-	"github.com/teardown-dev/teardown-operator/internal/lookup"
 	"github.com/teardown-dev/teardown-operator/internal/naming"
 )
 
 // targetReconciler keeps one object's teardown finalizers in line with the policies that select
 // it, and starts the runs of an object being deleted.
 type targetReconciler struct {
-	client       client.Client
-	reader       client.Reader
-	registry     *policy.Registry
-	watches      *watch.Manager
-	events       *eventsink.Sink
-	matchErrs    *matchErrors
-	runNamespace string
-	fin          *finalizerWriter
-	reads        clusterReads
-	wake         *wakeups
-	runs         runStarter
-	released     *ownwrites.Releases[TargetKey]
-	echoes       *ownwrites.Echoes[TargetKey]
-	// lister reads what deletion guards look up; guardInterest records it, to be woken.
-	lister        lookup.Lister
-	guardInterest *interest[TargetKey]
+	// reader reads a whole object from the API server (a CEL match, a run's snapshot).
+	reader   client.Reader
+	registry *policy.Registry
+	// watches is the cache of the targets' metadata.
+	watches *watch.Manager
+	events  *eventsink.Sink
+	// reads are the cached reads of namespaces, policies and delete requests.
+	reads   clusterReads
+	arming  armer
+	guard   *deletionGuards
+	matches matchReports
+	// runs is the run side: it starts the runs of deletions and answers for them.
+	runs runSide
 }
 
 // retryUnknownPolicy is how soon a finalizer of a policy the engine has not loaded yet is looked at
@@ -59,9 +54,8 @@ const recheckRecorded = 2 * time.Second
 func (r *targetReconciler) Reconcile(ctx context.Context, key TargetKey) (reconcile.Result, error) {
 	obj, ok := r.watches.Get(key.GVK(), key.Namespace, key.Name)
 	if !ok {
-		return reconcile.Result{}, nil // gone: its delete event forgot its releases (route)
+		return reconcile.Result{}, nil // gone
 	}
-	r.released.Prune(key, obj)
 	if obj.DeletionTimestamp != nil {
 		return r.reconcileDeleting(ctx, key, obj)
 	}
@@ -83,8 +77,8 @@ func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	r.trackGuardWatches(key, watch)
-	if err := r.publishVerdict(ctx, key, obj, v); err != nil {
+	r.guard.track(key, watch)
+	if err := r.guard.publish(ctx, key, obj, v); err != nil {
 		return reconcile.Result{}, err
 	}
 	var next []string
@@ -111,7 +105,7 @@ func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj
 	if !changed {
 		return reconcile.Result{}, r.requests(ctx, key, obj, v)
 	}
-	return reconcile.Result{}, r.arm(ctx, key, obj, next)
+	return reconcile.Result{}, r.arming.arm(ctx, key, obj, next, r.finalizersOnly(key))
 }
 
 // desiredFinalizers returns the finalizers the object should carry (want) and those whose presence
@@ -162,40 +156,19 @@ func (r *targetReconciler) orphaned(ctx context.Context, finalizer, ns string) b
 	if _, known := r.registry.ForFinalizer(finalizer, ns); known {
 		return false
 	}
-	var nsList v1alpha1.TeardownPolicyList
-	if ns != "" {
-		if err := r.client.List(ctx, &nsList, client.InNamespace(ns)); err != nil {
-			return false
-		}
-	}
-	for _, p := range nsList.Items {
-		if naming.Finalizer(policy.KindNamespaced, p.Name) == finalizer {
-			return false
-		}
-	}
-	var cl v1alpha1.ClusterTeardownPolicyList
-	if err := r.client.List(ctx, &cl); err != nil {
-		return false
-	}
-	for _, p := range cl.Items {
-		if naming.Finalizer(policy.KindCluster, p.Name) == finalizer {
-			return false
-		}
-	}
-	return true
+	return !r.reads.policyOfFinalizerExists(ctx, finalizer, ns)
 }
 
 // reconcileDeleting starts a run for each teardown finalizer on an object being deleted, or
 // releases the finalizer when there is nothing to run.
 func (r *targetReconciler) reconcileDeleting(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata) (reconcile.Result, error) {
-	runs := r.reads.runsOfTarget(ctx, obj.UID)
 	var result reconcile.Result
 	for _, f := range obj.Finalizers {
-		if !naming.IsOurs(f) || r.released.Holds(key, obj.UID, f) {
+		if !naming.IsOurs(f) || r.runs.releasedHere(key, obj.UID, f) {
 			continue
 		}
-		if i := slices.IndexFunc(runs, func(run v1alpha1.TeardownRun) bool { return run.Spec.Finalizer == f }); i >= 0 {
-			r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&runs[i])})
+		if run := r.runs.runOf(ctx, obj.UID, f); run != nil {
+			r.runs.wake(run)
 			continue
 		}
 		res, err := r.startRun(ctx, key, obj, f)
@@ -240,7 +213,7 @@ func (r *targetReconciler) startRun(ctx context.Context, key TargetKey, obj *met
 }
 
 func (r *targetReconciler) releaseWithoutRun(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, finalizer string, ev pipeline.Event) error {
-	if _, err := r.fin.remove(ctx, key.GVK(), key.Namespace, key.Name, obj.UID, finalizer); err != nil {
+	if err := r.arming.release(ctx, key, obj.UID, finalizer); err != nil {
 		return err
 	}
 	r.events.Emit(ctx, targetRef(key, obj), nil, key.Namespace, ev)
@@ -251,8 +224,7 @@ func (r *targetReconciler) releaseWithoutRun(ctx context.Context, key TargetKey,
 // from the policy and the target's UID, so a repeat finds the run already there. Where it goes and
 // what its first pass starts from is planStart's decision.
 func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, p *policy.Compiled) error {
-	plan := planStart(startFacts{ReadsTargetFirst: p.ReadsTargetFirst(), BreakGlass: obj.Annotations[v1alpha1.AnnotationAbandon] != "",
-		TargetNamespace: key.Namespace, NamespaceTerminating: r.reads.namespaceTerminating(ctx, key.Namespace), RunNamespace: r.runNamespace})
+	plan := r.runs.plan(ctx, p, key, obj)
 	if plan.FromCache {
 		return r.createRunFromCache(ctx, key, obj, p, plan)
 	}
@@ -273,10 +245,7 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 			return nil // withdrawn meanwhile
 		}
 		name := naming.RunName(p.Key.Kind, p.Key.Namespace, p.Key.Name, key.Name, obj.UID)
-		if existing, found, err := r.recordedRun(ctx, key.Namespace, name); err != nil || found {
-			if found {
-				return r.runs.recorded(ctx, existing)
-			}
+		if found, err := r.runs.resumeRecorded(ctx, key.Namespace, name); err != nil || found {
 			return err
 		}
 	} else if live.GetDeletionTimestamp() == nil {
@@ -288,9 +257,6 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 	}
 	run := p.NewRun(key.GVK(), live, snapshot)
 	run.Namespace = plan.Namespace
-	if plan.Moved && r.runs.existingRun(ctx, key, run.Name) {
-		return nil // made before the namespace's deletion began: it goes on
-	}
 	target := metaRef(key.GVK(), key.Namespace, key.Name)
 	md, _ := live.Object["metadata"].(map[string]any)
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(md, &target.ObjectMeta); err != nil {

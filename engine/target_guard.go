@@ -17,6 +17,7 @@ import (
 	"github.com/teardown-dev/teardown-operator/engine/eventsink"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/engine/watch"
+	"github.com/teardown-dev/teardown-operator/internal/lookup"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -59,7 +60,7 @@ func (r *targetReconciler) guards(ctx context.Context, key TargetKey, obj *metav
 		if err != nil {
 			return current, watch, err
 		}
-		deny, msg, wt, err := r.evaluateGuard(ctx, p, key, full)
+		deny, msg, wt, err := r.guard.evaluate(ctx, p, key, full)
 		watch = append(watch, wt...)
 		if err != nil {
 			ctrl.LoggerFrom(ctx).Info("deletion guard cannot be evaluated; keeping the object's verdict",
@@ -77,13 +78,24 @@ func (r *targetReconciler) guards(ctx context.Context, key TargetKey, obj *metav
 	return out, watch, nil
 }
 
-// evaluateGuard evaluates one policy's guard on the full object.
-func (r *targetReconciler) evaluateGuard(ctx context.Context, p *policy.Compiled, key TargetKey, full map[string]any) (bool, string, []steps.WatchTarget, error) {
+// deletionGuards evaluates the policies' deletion guards, publishes their verdict on the object,
+// and keeps watched what they look up.
+type deletionGuards struct {
+	// lister reads what guards look up; interest records it, to be woken (guardEvents).
+	lister   lookup.Lister
+	interest *interest[TargetKey]
+	watches  *watch.Manager
+	// client publishes verdicts.
+	client client.Client
+}
+
+// evaluate evaluates one policy's guard on the full object.
+func (g *deletionGuards) evaluate(ctx context.Context, p *policy.Compiled, key TargetKey, full map[string]any) (bool, string, []steps.WatchTarget, error) {
 	policyNS := ""
 	if p.Key.Namespaced() {
 		policyNS = p.Key.Namespace
 	}
-	v, err := p.Guard.Evaluate(ctx, r.lister, full, key.Namespace, policyNS)
+	v, err := p.Guard.Evaluate(ctx, g.lister, full, key.Namespace, policyNS)
 	watch := make([]steps.WatchTarget, 0, len(v.Watch))
 	for _, t := range v.Watch {
 		watch = append(watch, steps.WatchTarget{GVK: t.GVK, Namespace: t.Namespace})
@@ -98,8 +110,8 @@ func (r *targetReconciler) evaluateGuard(ctx context.Context, p *policy.Compiled
 // so that the annotation, and the refusal a user reads, stay readable.
 const maxGuardMessage = 1024
 
-// publishVerdict writes the verdict onto the object when it differs from the one it carries.
-func (r *targetReconciler) publishVerdict(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, v verdict) error {
+// publish writes the verdict onto the object when it differs from the one it carries.
+func (g *deletionGuards) publish(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, v verdict) error {
 	if obj.Labels[v1alpha1.LabelDeletionGuard] == v.value && obj.Annotations[v1alpha1.AnnotationDeletionGuardMessage] == v.message {
 		return nil
 	}
@@ -114,15 +126,15 @@ func (r *targetReconciler) publishVerdict(ctx context.Context, key TargetKey, ob
 	if err != nil {
 		return err
 	}
-	if err := r.client.Patch(ctx, metaRef(key.GVK(), key.Namespace, key.Name), client.RawPatch(types.MergePatchType, body)); err != nil {
+	if err := g.client.Patch(ctx, metaRef(key.GVK(), key.Namespace, key.Name), client.RawPatch(types.MergePatchType, body)); err != nil {
 		return client.IgnoreNotFound(fmt.Errorf("publishing the deletion guard's verdict on %s: %w", key, err))
 	}
 	return nil
 }
 
-// trackGuardWatches makes the kinds an object's guards look up watched while they do.
-func (r *targetReconciler) trackGuardWatches(key TargetKey, targets []steps.WatchTarget) {
-	r.guardInterest.track(r.watches, key, "guard:"+key.String(), targets)
+// track makes the kinds an object's guards look up watched while they do.
+func (g *deletionGuards) track(key TargetKey, targets []steps.WatchTarget) {
+	g.interest.track(g.watches, key, "guard:"+key.String(), targets)
 }
 
 // guardEvents is the deletion guards' handler: a change to an object a guard looks up evaluates

@@ -82,15 +82,15 @@ func (l *lazyObject) object(ctx context.Context) (map[string]any, error) {
 func (r *targetReconciler) recordMatchErrors(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata, policies []*policy.Compiled, failed map[policy.Key]error) {
 	for _, p := range policies {
 		err := failed[p.Key]
-		if !r.matchErrs.set(p.Key, key, err != nil) {
+		if !r.matches.set(p.Key, key, err != nil) {
 			continue
 		}
 		if o, ok := r.watches.Get(key.GVK(), key.Namespace, key.Name); err != nil && (!ok || o.UID != obj.UID) {
 			// Deleted while its match was evaluated: its delete event has already forgotten it.
-			r.matchErrs.set(p.Key, key, false)
+			r.matches.set(p.Key, key, false)
 			continue
 		}
-		r.wake.recountPolicy(p.Key)
+		r.matches.recount(p.Key)
 		if err == nil {
 			continue
 		}

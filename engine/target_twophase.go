@@ -6,11 +6,9 @@ import (
 	"slices"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/pipeline"
@@ -104,10 +102,9 @@ func (r *targetReconciler) requests(ctx context.Context, key TargetKey, obj *met
 				"Delete request waits: the deletion guard of %s holds; the pipeline starts once it does not", p.Key))
 			continue
 		}
-		runs := r.reads.runsOfTarget(ctx, obj.UID)
-		if i := slices.IndexFunc(runs, func(run v1alpha1.TeardownRun) bool { return run.Spec.Finalizer == p.Finalizer }); i >= 0 {
-			if runs[i].Status.Phase == v1alpha1.RunCancelled {
-				r.wake.runs.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&runs[i])})
+		if run := r.runs.runOf(ctx, obj.UID, p.Finalizer); run != nil {
+			if run.Status.Phase == v1alpha1.RunCancelled {
+				r.runs.wake(run)
 			}
 			continue
 		}
@@ -116,26 +113,6 @@ func (r *targetReconciler) requests(ctx context.Context, key TargetKey, obj *met
 		}
 	}
 	return nil
-}
-
-// recordedRun finds the run of this policy and target in the API server, in the target's
-// namespace or the run namespace: a run recorded finished is not cached, and a two-phase
-// request must not run the pipeline again because the cache misses it.
-func (r *targetReconciler) recordedRun(ctx context.Context, namespace, name string) (client.ObjectKey, bool, error) {
-	for _, ns := range slices.Compact([]string{namespace, r.runNamespace}) {
-		if ns == "" {
-			continue
-		}
-		key := client.ObjectKey{Namespace: ns, Name: name}
-		err := r.reader.Get(ctx, key, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TeardownRun"}})
-		switch {
-		case err == nil:
-			return key, true, nil
-		case !apierrors.IsNotFound(err):
-			return key, false, fmt.Errorf("looking for run %s: %w", key, err)
-		}
-	}
-	return client.ObjectKey{}, false, nil
 }
 
 // requestChanged reports whether a live object's delete request was made or withdrawn.

@@ -43,7 +43,7 @@ func (r *Releases[K]) Add(key K, uid types.UID, finalizer string) {
 }
 
 // Prune forgets what the cached obj shows done: finalizers no longer on it, or all of an earlier
-// object of the same name. Every reconcile of a target calls it, so an entry lasts until the
+// object of the same name. Every event of the object calls it, so an entry lasts until the
 // cache has caught up with the release (or the object is gone: see Forget).
 func (r *Releases[K]) Prune(key K, obj *metav1.PartialObjectMetadata) {
 	r.mu.Lock()
@@ -63,7 +63,8 @@ func (r *Releases[K]) Prune(key K, obj *metav1.PartialObjectMetadata) {
 }
 
 // Holds reports whether the engine removed finalizer from the object of that UID and the cache
-// has not shown it yet (call Prune first).
+// has not shown it yet. It needs no Prune first: Prune only forgets finalizers the cached
+// object no longer carries, and only those it carries are asked about.
 func (r *Releases[K]) Holds(key K, uid types.UID, finalizer string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
