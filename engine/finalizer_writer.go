@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -78,12 +80,18 @@ const conflictRetry = 200 * time.Millisecond
 // requeueConflicts makes a reconciler's lost write races (409 Conflict: someone else wrote the
 // object since it was read) a quick, quiet requeue with fresh data. They are the normal cost of
 // optimistic locking, not failures to log and back off from; in one place, every reconciler can
-// return them as the errors they are.
+// return them as the errors they are. A request cut short because the operator is stopping (its
+// context cancelled) is not an error either: the next leader reconciles everything as it starts,
+// and a clean stop must log no error.
 func requeueConflicts[T comparable](r reconcile.TypedReconciler[T]) reconcile.TypedReconciler[T] {
 	return reconcile.TypedFunc[T](func(ctx context.Context, req T) (reconcile.Result, error) {
 		res, err := r.Reconcile(ctx, req)
-		if apierrors.IsConflict(err) {
+		switch {
+		case apierrors.IsConflict(err):
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		case err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled):
+			ctrl.LoggerFrom(ctx).V(1).Info("reconcile cut short: the operator is stopping", "error", err.Error())
+			return reconcile.Result{}, nil
 		}
 		return res, err
 	})

@@ -15,21 +15,31 @@ import (
 func TestRequeueConflicts(t *testing.T) {
 	conflict := apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, "x", errors.New("changed"))
 	other := errors.New("boom")
+	canceled := fmt.Errorf("writing status: Put \"https://...\": %w", context.Canceled)
+	stopping, stop := context.WithCancel(context.Background())
+	stop()
 	tests := []struct {
 		name    string
+		ctx     context.Context
 		res     reconcile.Result
 		err     error
 		want    reconcile.Result
 		wantErr error
 	}{
-		{"a conflict is a quick requeue", reconcile.Result{}, conflict, reconcile.Result{RequeueAfter: conflictRetry}, nil},
-		{"a wrapped conflict too", reconcile.Result{}, fmt.Errorf("writing status: %w", conflict), reconcile.Result{RequeueAfter: conflictRetry}, nil},
-		{"other errors pass", reconcile.Result{}, other, reconcile.Result{}, other},
-		{"results pass", reconcile.Result{RequeueAfter: time.Minute}, nil, reconcile.Result{RequeueAfter: time.Minute}, nil},
+		{"a conflict is a quick requeue", nil, reconcile.Result{}, conflict, reconcile.Result{RequeueAfter: conflictRetry}, nil},
+		{"a wrapped conflict too", nil, reconcile.Result{}, fmt.Errorf("writing status: %w", conflict), reconcile.Result{RequeueAfter: conflictRetry}, nil},
+		{"other errors pass", nil, reconcile.Result{}, other, reconcile.Result{}, other},
+		{"results pass", nil, reconcile.Result{RequeueAfter: time.Minute}, nil, reconcile.Result{RequeueAfter: time.Minute}, nil},
+		{"a request cut short by the operator's stop is no error", stopping, reconcile.Result{}, canceled, reconcile.Result{}, nil},
+		{"a cancellation while running is one", nil, reconcile.Result{}, canceled, reconcile.Result{}, canceled},
 	}
 	for _, tt := range tests {
 		r := requeueConflicts[string](reconcile.TypedFunc[string](func(context.Context, string) (reconcile.Result, error) { return tt.res, tt.err }))
-		got, err := r.Reconcile(context.Background(), "x")
+		ctx := tt.ctx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		got, err := r.Reconcile(ctx, "x")
 		if got != tt.want || !errors.Is(err, tt.wantErr) && err != tt.wantErr {
 			t.Errorf("%s: got %v, %v; want %v, %v", tt.name, got, err, tt.want, tt.wantErr)
 		}
