@@ -174,7 +174,7 @@ fuzz: ## Fuzz policies, CEL, ${} templates, job templates and http responses, ea
 	done
 
 .PHONY: bench
-bench: control-plane build ## Teardown benchmark, side by side: raw floor, hand-written controller, operator with runHistory Always and OnFailure (N=1000 targets by default).
+bench: control-plane build ## Teardown benchmark, side by side: raw floor, hand-written controller, operator at its defaults and with runHistory All (N=1000 targets by default).
 	$(GO) run ./test/bench -n $${N:-1000}
 
 ##@ Demo

@@ -28,12 +28,13 @@ func (r *root) statusCommand() *cobra.Command {
 	o := &statusOptions{}
 	cmd := &cobra.Command{
 		Use:   "status [RUN | KIND/NAME | --policy KIND/NAME]",
-		Short: "Show teardowns in flight, one run or object as a tree, or a policy's runs",
+		Short: "Show teardowns in flight, one run or object as a tree, or a policy's teardowns and runs",
 		Long: `With no argument: the runs in flight and the stuck ones (Failed and keeping their object), oldest
 first. With a run's name: the run as a tree of steps with phase, attempts, durations, message,
 outputs, and a job step's Job with the tail of its log. With an object as KIND/NAME: the object
 (not being deleted, being deleted and held by which finalizers, or gone) and every kept run of it
-as a tree, also once the object is gone. With --policy: every kept run of the policy, newest first.
+as a tree, also once the object is gone. With --policy: the policy's last teardowns (kept as runs
+or not), then every kept run of it, newest first.
 Says so when the operator's lease shows that no replica is running.
 
 -o wide never truncates; -o json|yaml prints the run, or a List of runs. --watch prints again on
@@ -59,7 +60,7 @@ succeeded and 1 otherwise; with no argument or --policy until interrupted.`,
 	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "runs of every namespace")
 	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "print again on every change, until the teardown ends")
 	cmd.Flags().DurationVar(&o.interval, "interval", 2*time.Second, "how often --watch looks")
-	cmd.Flags().StringVar(&o.policy, "policy", "", "the runs of one policy: TeardownPolicy/NAME (in -n), ClusterTeardownPolicy/NAME, or NAME")
+	cmd.Flags().StringVar(&o.policy, "policy", "", "one policy's last teardowns and its runs: TeardownPolicy/NAME (in -n), ClusterTeardownPolicy/NAME, or NAME")
 	_ = cmd.RegisterFlagCompletionFunc("policy", r.completePolicies)
 	return cmd
 }
@@ -84,6 +85,8 @@ func (o *statusOptions) validate(args []string) error {
 // statusLook is what one look at the cluster found: one frame of status.
 type statusLook struct {
 	runs []v1alpha1.TeardownRun
+	// policy is the status of the policy status --policy follows.
+	policy *v1alpha1.TeardownPolicyStatus
 	// object is what was found of the object status KIND/NAME follows.
 	object   *objectLook
 	operator operatorState
@@ -147,10 +150,21 @@ func (r *root) statusLooker(ctx context.Context, args []string, o *statusOptions
 			return nil, nil, err
 		}
 		look := func(ctx context.Context) (*statusLook, error) {
-			runs, err := r.kube.runsOfPolicy(ctx, key)
-			return &statusLook{runs: runs}, err
+			v, err := r.kube.getPolicy(ctx, key)
+			if err != nil {
+				return nil, err
+			}
+			l := &statusLook{}
+			if v != nil {
+				l.policy = v.Status
+			}
+			l.runs, err = r.kube.runsOfPolicy(ctx, key)
+			return l, err
 		}
-		return look, func(_ context.Context, w io.Writer, l *statusLook) { printPolicyRuns(w, key.String(), l.runs, wide) }, nil
+		return look, func(_ context.Context, w io.Writer, l *statusLook) {
+			printPolicyHistory(w, key.String(), l.policy, wide)
+			printPolicyRuns(w, key.String(), l.runs, wide)
+		}, nil
 	case len(args) == 0:
 		look := func(ctx context.Context) (*statusLook, error) {
 			runs, err := r.runsInFlight(ctx, o.allNamespaces)

@@ -71,6 +71,40 @@ func truncate(s string, n int) string {
 	return string(r[:n-3]) + "..."
 }
 
+// printPolicyHistory prints what a policy's status says of its teardowns that ended: totals by
+// outcome and the last few, newest first, whether or not a run was kept.
+func printPolicyHistory(w io.Writer, policy string, st *v1alpha1.TeardownPolicyStatus, wide bool) {
+	if st == nil {
+		return
+	}
+	c := st.Teardowns
+	fmt.Fprintf(w, "%s: teardowns ended %d times: %d succeeded, %d failed, %d abandoned, %d cancelled.\n", policy,
+		c.Succeeded+c.Failed+c.Abandoned+c.Cancelled, c.Succeeded, c.Failed, c.Abandoned, c.Cancelled)
+	if len(st.RecentTeardowns) == 0 {
+		fmt.Fprintln(w)
+		return
+	}
+	fmt.Fprintln(w, "Recent teardowns, newest first:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ENDED\tTARGET\tOUTCOME\tRUN\tMESSAGE")
+	for _, t := range st.RecentTeardowns {
+		target := t.Target.Kind + " " + t.Target.Name
+		if t.Target.Namespace != "" {
+			target = t.Target.Kind + " " + t.Target.Namespace + "/" + t.Target.Name
+		}
+		run, msg := t.Run, t.Message
+		if run == "" {
+			run = "(not kept)"
+		}
+		if !wide {
+			msg = truncate(firstLineOf(msg), tableMessage)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.CompletionTime.UTC().Format(time.RFC3339), target, t.Outcome, run, msg)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+}
+
 // printPolicyRuns prints a policy's runs as a table, in the order given (newest first).
 func printPolicyRuns(w io.Writer, policy string, runs []v1alpha1.TeardownRun, wide bool) {
 	if len(runs) == 0 {

@@ -31,7 +31,7 @@ const policyWorkers = 2
 func (e *Engine) setupControllers(mgr manager.Manager) error {
 	// One run reconciler: the target controller starts runs and asks after them through it (runSide).
 	e.runs = &runReconciler{client: e.client, reader: e.reader, policies: compiledPolicies{e.registry, e.compiler},
-		watches: e.watches, events: e.events, metrics: e.metrics, written: e.written,
+		watches: e.watches, events: e.events, reports: passReports{metrics: e.metrics, history: e.history}, written: e.written,
 		released: e.released, lookups: e.lookups, kinds: e.kinds, runNamespace: e.opts.RunNamespace, retention: e.opts.RunRetention,
 		fin: e.fin, requeue: &e.wake.runs, reads: e.reads}
 	for _, setup := range []func(manager.Manager) error{e.setupPolicies, e.setupNamespaces, e.setupTargets, e.setupRuns} {
@@ -45,7 +45,7 @@ func (e *Engine) setupControllers(mgr manager.Manager) error {
 // setupPolicies watches both kinds of policy, and their runs for the counts in their status.
 func (e *Engine) setupPolicies(mgr manager.Manager) error {
 	dryRuns := newDryRuns(e.opts.RunNamespace)
-	counter := &policyCounter{watches: e.watches, reader: e.reader, reads: e.reads, matchErrs: e.matchErrs, metrics: e.metrics, stuckAfter: e.opts.StuckAfter}
+	counter := &policyCounter{watches: e.watches, reader: e.reader, reads: e.reads, matchErrs: e.matchErrs, metrics: e.metrics, history: e.history, stuckAfter: e.opts.StuckAfter}
 	for kind, obj := range map[string]client.Object{policy.KindNamespaced: &v1alpha1.TeardownPolicy{}, policy.KindCluster: &v1alpha1.ClusterTeardownPolicy{}} {
 		r := &policyReconciler{kind: kind, client: e.client, reader: e.reader, registry: e.registry, compiler: e.compiler,
 			watches: e.watches, counter: counter, fin: e.fin, reads: e.reads, wake: e.wake, served: e.served, statusWritten: ownwrites.NewVersions[types.NamespacedName](), dryRuns: dryRuns}

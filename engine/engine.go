@@ -77,6 +77,8 @@ type Engine struct {
 	kinds  steps.Registry
 	// matchErrs are the objects whose match fails to evaluate, per policy.
 	matchErrs *matchErrors
+	// history are the teardowns that ended and are not in their policy's status yet.
+	history *teardownHistory
 	// served tells whether a watched target kind is still served.
 	served servedKinds
 	// router passes the dynamic informers' events to the handler of each concern.
@@ -147,6 +149,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 	}
 	e.reads = clusterReads{client: e.client}
 	e.wake = newWakeups(e.registry)
+	e.history = newTeardownHistory(func(key policy.Key, after time.Duration) { e.wake.recountPolicyAfter(key, max(after, recountDelay)) })
 	if e.events, err = eventsink.Setup(mgr, e.reads.namespaceTerminating); err != nil {
 		return nil, err
 	}

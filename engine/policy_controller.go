@@ -276,6 +276,12 @@ func (r *policyReconciler) report(ctx context.Context, v policy.View, cached cli
 			return reconcile.Result{}, err
 		}
 	}
+	// Teardowns end while a policy is being deleted too: its namespace's, notably.
+	history, wait := r.counter.history.take(v.Key, v.Object.GetUID())
+	if wait > 0 {
+		res = earliest(res, reconcile.Result{RequeueAfter: wait})
+	}
+	f.History = history
 	origView, _ := policy.ViewOf(cached)
 	st := policyStatus(*origView.Status, f)
 	r.counter.gauges(v.Key, st, deleting)
@@ -283,7 +289,15 @@ func (r *policyReconciler) report(ctx context.Context, v policy.View, cached cli
 		return res, nil
 	}
 	*v.Status = st
-	return r.writeStatus(ctx, v.Object, res)
+	written, err := r.writeStatus(ctx, v.Object)
+	switch {
+	case err != nil:
+		return reconcile.Result{}, err
+	case !written:
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil // gone meanwhile: look again
+	}
+	r.counter.history.written(v.Key, f.History)
+	return res, nil
 }
 
 // count adds to f what the policy protects (once its target kind's watch has synced), its runs
@@ -309,21 +323,21 @@ func (r *policyReconciler) count(ctx context.Context, v policy.View, f *policyFa
 	return res, nil
 }
 
-// writeStatus writes a policy's status. A full update rather than a merge patch: a patch computed
-// against the cached status omits counts that stay 0, and `kubectl get` would show them blank
-// instead of 0. It updates a copy: the client decodes the reply into the object it sends, reusing
+// writeStatus writes a policy's status and reports whether it did (false: the policy is gone).
+// A full update rather than a merge patch: a patch computed against the cached status omits
+// counts that stay 0, and `kubectl get` would show them blank instead of 0. It updates a copy: the client decodes the reply into the object it sends, reusing
 // its maps, and the compiled policy in the registry shares obj's spec with target workers.
-func (r *policyReconciler) writeStatus(ctx context.Context, obj client.Object, res reconcile.Result) (reconcile.Result, error) {
+func (r *policyReconciler) writeStatus(ctx context.Context, obj client.Object) (bool, error) {
 	written := obj.DeepCopyObject().(client.Object)
 	if err := r.client.Status().Update(ctx, written); err != nil {
 		r.statusWritten.Set(client.ObjectKeyFromObject(written), ownwrites.Unknown)
 		if apierrors.IsNotFound(err) {
-			return reconcile.Result{RequeueAfter: conflictRetry}, nil // gone meanwhile: look again
+			return false, nil
 		}
-		return reconcile.Result{}, fmt.Errorf("writing status: %w", err)
+		return false, fmt.Errorf("writing status: %w", err)
 	}
 	r.statusWritten.Set(client.ObjectKeyFromObject(written), written.GetResourceVersion())
-	return res, nil
+	return true, nil
 }
 
 // enqueueRuns queues the policy's unfinished runs (suspend abandons them).

@@ -19,11 +19,13 @@ import (
 // runs, the objects its match fails on) and keeps the policies' gauges.
 type policyCounter struct {
 	// watches is the target cache; reader counts from the API server before a policy lets go.
-	watches    *watch.Manager
-	reader     client.Reader
-	reads      clusterReads
-	matchErrs  *matchErrors
-	metrics    *metrics
+	watches   *watch.Manager
+	reader    client.Reader
+	reads     clusterReads
+	matchErrs *matchErrors
+	metrics   *metrics
+	// history are the teardowns that ended and are not in the policies' status yet.
+	history    *teardownHistory
 	stuckAfter time.Duration
 }
 
@@ -52,6 +54,7 @@ func (c *policyCounter) gauges(key policy.Key, st v1alpha1.TeardownPolicyStatus,
 func (c *policyCounter) forget(key policy.Key) {
 	c.metrics.forget(key.String())
 	c.matchErrs.forgetPolicy(key)
+	c.history.forget(key)
 }
 
 // protected counts the cached objects in the policy's scope that carry its finalizer.

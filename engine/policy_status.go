@@ -29,6 +29,8 @@ type policyFacts struct {
 	// trigger DeleteRequest); Admission is what was read of that admission policy then.
 	Vetoes    bool
 	Admission []admissionRead
+	// History is what ended since the policy's history was last written; nil adds nothing.
+	History *historyDelta
 }
 
 // readiness is a policy's Ready condition as its reconcile found it.
@@ -56,6 +58,7 @@ type admissionRead struct {
 func policyStatus(prev v1alpha1.TeardownPolicyStatus, f policyFacts) v1alpha1.TeardownPolicyStatus {
 	st := *prev.DeepCopy()
 	st.ObservedGeneration, st.Finalizer = f.Generation, f.Finalizer
+	st = withHistory(st, f.History)
 	if f.Protected != nil {
 		st.Protected = int32(*f.Protected)
 	}

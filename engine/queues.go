@@ -178,8 +178,11 @@ func (w *wakeups) recount(finalizer, ns string) {
 }
 
 // recountPolicy queues a status recount of one policy, folded with others within recountDelay.
-func (w *wakeups) recountPolicy(pkey policy.Key) {
+func (w *wakeups) recountPolicy(pkey policy.Key) { w.recountPolicyAfter(pkey, recountDelay) }
+
+// recountPolicyAfter queues a status recount of one policy after d.
+func (w *wakeups) recountPolicyAfter(pkey policy.Key, d time.Duration) {
 	if q := w.policies[pkey.Kind]; q != nil {
-		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pkey.Namespace, Name: pkey.Name}}, recountDelay)
+		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pkey.Namespace, Name: pkey.Name}}, d)
 	}
 }

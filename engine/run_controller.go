@@ -38,7 +38,8 @@ type runReconciler struct {
 	policies runPolicies
 	watches  *watch.Manager
 	events   *eventsink.Sink
-	metrics  *metrics
+	// reports are the pass's metrics and the ends of teardowns, for their policies' history.
+	reports passReports
 	// written and released are what the run side wrote that the caches may not show yet: run
 	// versions, and finalizers released from targets (see ownwrites).
 	written  *ownwrites.Versions[types.NamespacedName]
@@ -80,6 +81,8 @@ type pass struct {
 	eventsOn eventPlace
 	// policyRef is the policy, for events on it (eventsOnPolicy).
 	policyRef runtime.Object
+	// unrecorded is set for a first pass whose run is not kept (runHistory SkipImmediateSuccess).
+	unrecorded bool
 	// unwritten is set when commit found nothing to write: the pass's events then name the run
 	// at a version an earlier pass wrote, and the same pass may come again (see eventsink.Sink.EmitOnRun).
 	unwritten bool
@@ -94,7 +97,7 @@ const (
 	// eventsOnTarget: on the target alone (a run recorded finished has its status to tell it).
 	eventsOnTarget
 	// eventsOnPolicy: on the policy, where the events library folds them into one series (a
-	// teardown that succeeded at once and was not recorded: runHistory OnFailure).
+	// teardown that succeeded at once and was not recorded: runHistory SkipImmediateSuccess).
 	eventsOnPolicy
 )
 
@@ -166,8 +169,9 @@ func (r *runReconciler) read(ctx context.Context, cached *v1alpha1.TeardownRun) 
 // events, releases of ended attempts, and watches. Only what is written is applied, so a pass
 // redone after a write conflict counts once.
 func (r *runReconciler) apply(ctx context.Context, p *pass, res *reconcile.Result) {
-	r.observe(p.run, p.out.Observations)
-	logTransitions(ctx, p.orig, p.run)
+	r.reports.observe(p.run, p.out.Observations)
+	r.reports.ended(p.orig, p.run, !p.unrecorded, trusted(r.runNamespace, p.run) != nil)
+	logTransitions(ctx, p.orig, p.run, !p.unrecorded)
 	if p.out.ClearRetry != "" {
 		if err := r.clearRetryAnnotation(ctx, p.run, p.out.ClearRetry); err != nil {
 			ctrl.LoggerFrom(ctx).Info("cannot remove the retry annotation yet", "error", err.Error())
@@ -199,22 +203,6 @@ func (r *runReconciler) breakGlass(run *v1alpha1.TeardownRun, target *metav1.Par
 		return who
 	}
 	return ""
-}
-
-// observe makes a written pass's metric observations.
-func (r *runReconciler) observe(run *v1alpha1.TeardownRun, obs []pipeline.Observation) {
-	ref := run.Spec.PolicyRef
-	label := policy.KeyOf(ref).String()
-	for _, o := range obs {
-		switch o.Metric {
-		case pipeline.StepFailure:
-			r.metrics.stepFailures.WithLabelValues(label, o.Step).Inc()
-		case pipeline.StepDuration:
-			r.metrics.stepDuration.WithLabelValues(label, o.Step, o.Phase).Observe(time.Since(o.Since).Seconds())
-		case pipeline.PipelineDuration:
-			r.metrics.pipelineDuration.WithLabelValues(label, o.Phase).Observe(time.Since(o.Since).Seconds())
-		}
-	}
 }
 
 // flushEvents records a written pass's events on the run and on its target.

@@ -35,7 +35,7 @@ type runStart struct {
 // start runs a new run's first pass before the run is recorded, then records it in one create,
 // status included, and releases the target if the pass ended the teardown (planRecord decides).
 // A pipeline that ends at once so costs two writes (the run, the release) instead of four; with
-// spec.runHistory OnFailure, one that succeeds at once costs the release alone. A crash after the
+// spec.runHistory SkipImmediateSuccess (the default), one that succeeds at once costs the release alone. A crash after the
 // pass and before its record repeats the pass: its side effects are keyed on the deletion, not on
 // the run (an http step's Idempotency-Key), and a step that needs the run recorded (a Job step)
 // stops the pass before it starts.
@@ -66,7 +66,7 @@ func (r *runReconciler) start(ctx context.Context, s runStart) error {
 			return err
 		}
 	}
-	p.eventsOn = plan.EventsOn
+	p.eventsOn, p.unrecorded = plan.EventsOn, !plan.Record
 	switch plan.EventsOn {
 	case eventsOnPolicy:
 		unrecordedEvents(p, c)
@@ -192,7 +192,7 @@ func (r *runReconciler) recorded(ctx context.Context, key client.ObjectKey) erro
 	return err
 }
 
-// unrecordedEvents sends a pass whose run is not kept (runHistory OnFailure, succeeded at once) to
+// unrecordedEvents sends a pass whose run is not kept (runHistory SkipImmediateSuccess, done at once) to
 // its policy, as one event that the events library folds, with every such teardown of the
 // policy, into a series: its count is how many objects were so released. Each is also logged.
 func unrecordedEvents(p *pass, c *policy.Compiled) {
@@ -201,12 +201,12 @@ func unrecordedEvents(p *pass, c *policy.Compiled) {
 	p.policyRef, p.eventsOn = ref, eventsOnPolicy
 	t := p.run.Spec.Target
 	p.out.Events = []pipeline.Event{{Reason: v1alpha1.ReasonSucceeded, Action: "ReleasedWithoutRun",
-		Note: fmt.Sprintf("Objects whose teardown succeeds at once are released without a TeardownRun (runHistory OnFailure); this series counts them. The first: %s",
+		Note: fmt.Sprintf("Objects whose teardown succeeds at once are released without a TeardownRun (runHistory SkipImmediateSuccess); this series counts them. The first: %s",
 			targetName(t))}}
 }
 
 // cleanSuccess reports whether a run succeeded with no step failed (onFailure Continue lets a
-// pipeline succeed past a failed step: runHistory OnFailure records that one).
+// pipeline succeed past a failed step: runHistory SkipImmediateSuccess records that one).
 func cleanSuccess(run *v1alpha1.TeardownRun) bool {
 	if run.Status.Phase != v1alpha1.RunSucceeded {
 		return false

@@ -49,7 +49,7 @@ type recordFacts struct {
 	// Phase is the run's phase after its first pass; FailurePolicy its pipeline's.
 	Phase         v1alpha1.RunPhase
 	FailurePolicy v1alpha1.FailurePolicy
-	// RecordsEveryRun: runHistory Always, or a two-phase policy (policy.Compiled.RecordsEveryRun).
+	// RecordsEveryRun: runHistory All (or Always), or a two-phase policy (policy.Compiled.RecordsEveryRun).
 	RecordsEveryRun bool
 	TwoPhase        bool
 	// CleanSuccess: it succeeded with no step failed (cleanSuccess).
@@ -61,7 +61,7 @@ type recordFacts struct {
 // recordPlan is what becomes of a run after its first pass.
 type recordPlan struct {
 	// Record: the run is created (with its first pass's status, in one write). Otherwise the
-	// teardown leaves no run: runHistory OnFailure and a clean success at once.
+	// teardown leaves no run: runHistory SkipImmediateSuccess and a clean success at once.
 	Record bool
 	// ReadSnapshot: before it is created, the whole object is read for its snapshot (the pass
 	// started from the cache).

@@ -5,16 +5,24 @@ import (
 )
 
 // RunHistory says which deletions leave a TeardownRun behind.
-// +kubebuilder:validation:Enum=Always;OnFailure
+// +kubebuilder:validation:Enum=SkipImmediateSuccess;All;Always;OnFailure
 type RunHistory string
 
 const (
-	// RunHistoryAlways records a TeardownRun for every deletion.
+	// RunHistorySkipImmediateSuccess (the default) records a TeardownRun for every pipeline that
+	// fails, is abandoned or retried, or does not finish in its first pass; one whose every step
+	// is done at once leaves none.
+	RunHistorySkipImmediateSuccess RunHistory = "SkipImmediateSuccess"
+	// RunHistoryAll records a TeardownRun for every deletion: the audit mode.
+	RunHistoryAll RunHistory = "All"
+	// RunHistoryAlways is the earlier name of All; still accepted.
 	RunHistoryAlways RunHistory = "Always"
-	// RunHistoryOnFailure records a TeardownRun only for pipelines that do not succeed in their
-	// first pass.
+	// RunHistoryOnFailure is the earlier name of SkipImmediateSuccess; still accepted.
 	RunHistoryOnFailure RunHistory = "OnFailure"
 )
+
+// RecordsAll reports whether h keeps a TeardownRun for every deletion (All, or its old name).
+func (h RunHistory) RecordsAll() bool { return h == RunHistoryAll || h == RunHistoryAlways }
 
 // Trigger says when a policy's pipeline runs: after the DELETE, held by a finalizer, or before it,
 // on a delete request.
@@ -269,16 +277,21 @@ type TeardownPolicySpec struct {
 
 	Pipeline `json:",inline"`
 
-	// runHistory says which deletions leave a TeardownRun behind. Always (the default) records
-	// every deletion. OnFailure records every pipeline that fails, is abandoned, or does not
-	// finish in its first pass (anything that waits, retries or runs a Job); a pipeline that
-	// succeeds at once releases its object with no run and no event on the object: the policy's
-	// one TeardownSucceeded event series counts such teardowns, and the operator logs each. Such a
-	// teardown costs the API server one write, the release, where Always costs three (the run, its
-	// event and the release; docs/benchmarks.md). Either way a crash repeats at most the steps of
-	// one pass, with the same Idempotency-Key.
+	// runHistory says which deletions leave a TeardownRun behind. SkipImmediateSuccess (the
+	// default) records every pipeline that fails, is abandoned or retried, or does not finish in
+	// its first pass (anything that waits, retries or runs a Job), from its first pass on; a
+	// pipeline whose every step is done at once releases its object with no run and no event on
+	// the object: the policy's one TeardownSucceeded event series counts such teardowns. Each
+	// still leaves an unsampled "teardown ended" log line (the audit trail to ship to a log
+	// store), the metrics, and a line in this policy's status.teardowns and
+	// status.recentTeardowns. It costs the API server one write, the release, where All costs
+	// three (the run, its event and the release; docs/benchmarks.md). All records a run for
+	// every deletion: the audit mode. Always and OnFailure, the earlier names of All and
+	// SkipImmediateSuccess, are still accepted. A two-phase policy (trigger DeleteRequest)
+	// records every run. Either way a crash repeats at most the steps of one pass, with the
+	// same Idempotency-Key.
 	// +optional
-	// +kubebuilder:default=Always
+	// +kubebuilder:default=SkipImmediateSuccess
 	RunHistory RunHistory `json:"runHistory,omitempty"`
 
 	// trigger says when the pipeline runs. Finalizer (the default) runs it once the object is
@@ -401,6 +414,54 @@ type TeardownPolicyStatus struct {
 	// none is added. Each gets a Warning event, reason MatchFailed.
 	// +optional
 	MatchErrors int32 `json:"matchErrors"`
+
+	// teardowns counts how this policy's pipelines ended, whether or not a TeardownRun was
+	// kept. It counts ends, not objects: a run that failed and was then retried or abandoned
+	// counts once for each end. Teardowns that ended in the seconds before an operator replica
+	// stopped may be missing; the "teardown ended" log line has them.
+	// +optional
+	Teardowns TeardownCounts `json:"teardowns"`
+
+	// recentTeardowns are the last teardowns of this policy that ended, newest first.
+	// +optional
+	// +kubebuilder:validation:MaxItems=10
+	// +listType=atomic
+	RecentTeardowns []RecentTeardown `json:"recentTeardowns,omitempty"`
+}
+
+// TeardownCounts counts the ends of a policy's teardowns by outcome.
+type TeardownCounts struct {
+	// succeeded counts pipelines that ended with every step done.
+	// +optional
+	Succeeded int64 `json:"succeeded"`
+	// failed counts pipelines that ended Failed.
+	// +optional
+	Failed int64 `json:"failed"`
+	// abandoned counts teardowns someone broke glass on (or whose policy was suspended).
+	// +optional
+	Abandoned int64 `json:"abandoned"`
+	// cancelled counts two-phase teardowns whose delete request was withdrawn.
+	// +optional
+	Cancelled int64 `json:"cancelled"`
+}
+
+// RecentTeardown is one teardown that ended.
+type RecentTeardown struct {
+	// target is the object torn down.
+	Target TargetObjectReference `json:"target"`
+	// outcome is how its pipeline ended.
+	// +kubebuilder:validation:Enum=Succeeded;Failed;Abandoned;Cancelled
+	Outcome RunPhase `json:"outcome"`
+	// completionTime is when it ended.
+	CompletionTime metav1.Time `json:"completionTime"`
+	// run is the TeardownRun that records it, as namespace/name; empty when none was kept
+	// (runHistory SkipImmediateSuccess).
+	// +optional
+	Run string `json:"run,omitempty"`
+	// message says how it ended, cut to 256 characters.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Message string `json:"message,omitempty"`
 }
 
 // TeardownPolicy runs a pipeline of steps before an object in its own namespace is deleted.
@@ -412,6 +473,9 @@ type TeardownPolicyStatus struct {
 // +kubebuilder:printcolumn:name="Protected",type=integer,JSONPath=`.status.protected`
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.activeRuns`
 // +kubebuilder:printcolumn:name="Stuck",type=integer,JSONPath=`.status.stuckRuns`,priority=1
+// +kubebuilder:printcolumn:name="Succeeded",type=integer,JSONPath=`.status.teardowns.succeeded`,priority=1
+// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.teardowns.failed`,priority=1
+// +kubebuilder:printcolumn:name="Last-Teardown",type=date,JSONPath=`.status.recentTeardowns[0].completionTime`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
@@ -443,6 +507,9 @@ type TeardownPolicyList struct {
 // +kubebuilder:printcolumn:name="Protected",type=integer,JSONPath=`.status.protected`
 // +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.activeRuns`
 // +kubebuilder:printcolumn:name="Stuck",type=integer,JSONPath=`.status.stuckRuns`,priority=1
+// +kubebuilder:printcolumn:name="Succeeded",type=integer,JSONPath=`.status.teardowns.succeeded`,priority=1
+// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.teardowns.failed`,priority=1
+// +kubebuilder:printcolumn:name="Last-Teardown",type=date,JSONPath=`.status.recentTeardowns[0].completionTime`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1

@@ -2,8 +2,15 @@ package main
 
 import (
 	"context"
+	"slices"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/zapr"
+	uberzap "go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/teardown-dev/teardown-operator/engine"
 )
 
 // releasedLeaseLogger is the manager's logger, but for the one error line controller-runtime
@@ -41,4 +48,38 @@ func (s releasedLeaseSink) WithValues(keysAndValues ...any) logr.LogSink {
 
 func (s releasedLeaseSink) WithName(name string) logr.LogSink {
 	return releasedLeaseSink{LogSink: s.LogSink.WithName(name), stopping: s.stopping}
+}
+
+// newLogger is controller-runtime's logger as the zap flags configure it, but for the audit line
+// (engine.AuditMessage), logged once per teardown that ends: it is never sampled. In production
+// mode controller-runtime samples each message (the first 100 a second, then one in 100), which
+// in a mass deletion dropped most of those lines, the one record of a teardown that leaves no run.
+func newLogger(o zap.Options) logr.Logger {
+	var unsampled zapcore.Core
+	o.ZapOpts = append(slices.Clip(o.ZapOpts), uberzap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		unsampled = c // the core before controller-runtime's sampler wraps it
+		return c
+	}))
+	raw := zap.NewRaw(zap.UseFlagOptions(&o))
+	raw = raw.WithOptions(uberzap.WrapCore(func(sampled zapcore.Core) zapcore.Core {
+		return auditCore{Core: sampled, audit: unsampled}
+	}))
+	return zapr.NewLogger(raw)
+}
+
+// auditCore sends the audit line to the unsampled core, and everything else to the sampled one.
+type auditCore struct {
+	zapcore.Core
+	audit zapcore.Core
+}
+
+func (c auditCore) With(fields []zapcore.Field) zapcore.Core {
+	return auditCore{Core: c.Core.With(fields), audit: c.audit.With(fields)}
+}
+
+func (c auditCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if e.Message == engine.AuditMessage {
+		return c.audit.Check(e, ce)
+	}
+	return c.Core.Check(e, ce)
 }

@@ -85,7 +85,7 @@ func parseFlags() *options {
 
 func run() error {
 	o := parseFlags()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	ctrl.SetLogger(newLogger(o.zap))
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err

@@ -11,7 +11,7 @@ import (
 // Releases remembers the finalizers the engine removed from objects at the end of their teardown,
 // until the target cache shows them removed. The cache may still show such a finalizer for a moment
 // after its release, when the run is no longer cached (a released run leaves the run cache; with
-// runHistory OnFailure an instant success has none): a reconcile in that window would start the
+// runHistory SkipImmediateSuccess an instant success has none): a reconcile in that window would start the
 // teardown again.
 type Releases[K comparable] struct {
 	mu sync.Mutex

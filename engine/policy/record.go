@@ -40,11 +40,12 @@ func readsRunUID(step *v1alpha1.Step) bool {
 	return false
 }
 
-// RecordsEveryRun reports whether every deletion leaves a TeardownRun (spec.runHistory Always,
-// the default), rather than only those that do not succeed in their first pass. A two-phase run
-// is always recorded: the deletion it makes must find it, or the pipeline would run again.
+// RecordsEveryRun reports whether every deletion leaves a TeardownRun (spec.runHistory All, or
+// its earlier name Always), rather than only those that do not succeed at once (the default,
+// SkipImmediateSuccess). A two-phase run is always recorded: the deletion it makes must find it,
+// or the pipeline would run again.
 func (c *Compiled) RecordsEveryRun() bool {
-	return c.Spec == nil || c.Spec.RunHistory != v1alpha1.RunHistoryOnFailure || c.TwoPhase()
+	return c.Spec == nil || c.Spec.RunHistory.RecordsAll() || c.TwoPhase()
 }
 
 // ReadsTargetFirst reports whether a deletion's first pass starts from the whole object, read

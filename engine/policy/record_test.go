@@ -53,7 +53,10 @@ func TestReadsTargetFirst(t *testing.T) {
 		{"OnFailure, a guard on the object's data", wait("object.data.x != 'y'", ""), v1alpha1.RunHistoryOnFailure, "", true, true},
 		{"OnFailure, until over the object's labels", wait("", "has(object.metadata.labels)"), v1alpha1.RunHistoryOnFailure, "", true, false},
 		{"OnFailure, until over the object's spec", wait("", "has(object.spec)"), v1alpha1.RunHistoryOnFailure, "", true, true},
-		{"Always (the default): the run keeps a snapshot", wait("", ""), "", "", false, true},
+		{"the default (SkipImmediateSuccess): the cached metadata is enough", wait("", ""), "", "", false, false},
+		{"SkipImmediateSuccess, a guard on the object's data", wait("object.data.x != 'y'", ""), v1alpha1.RunHistorySkipImmediateSuccess, "", true, true},
+		{"All: the run keeps a snapshot", wait("", ""), v1alpha1.RunHistoryAll, "", false, true},
+		{"Always (All's earlier name): the run keeps a snapshot", wait("", ""), v1alpha1.RunHistoryAlways, "", false, true},
 		{"OnFailure, two-phase: always recorded", wait("", ""), v1alpha1.RunHistoryOnFailure, v1alpha1.TriggerDeleteRequest, false, true},
 	}
 	for _, tt := range tests {

@@ -22,11 +22,12 @@ const (
 	contenderRaw = "raw"
 	// contenderPeer is a controller written by hand in the textbook pattern (test/bench/peer).
 	contenderPeer = "peer"
-	// contenderOperator is teardown-operator, at its defaults (a TeardownRun for every deletion).
+	// contenderOperator is teardown-operator at its defaults (runHistory SkipImmediateSuccess: no
+	// TeardownRun for a teardown whose every step is done at once).
 	contenderOperator = "operator"
-	// contenderOnFailure is teardown-operator with a policy that records runs only when they do
-	// not succeed at once (spec.runHistory OnFailure).
-	contenderOnFailure = "operator-onfailure"
+	// contenderAll is teardown-operator in the audit mode: a TeardownRun for every deletion
+	// (spec.runHistory All).
+	contenderAll = "operator-all"
 )
 
 // rawFinalizer is the finalizer the raw contender's objects are created with.
@@ -48,14 +49,15 @@ type contender struct {
 func contenders() map[string]contender {
 	none := func(context.Context, client.Client, string, []v1alpha1.Step) error { return nil }
 	return map[string]contender{
-		contenderRaw:       {name: contenderRaw, arm: none, protected: finalizedBy(rawFinalizer)},
-		contenderPeer:      {name: contenderPeer, start: startPeer, arm: none, protected: finalizedBy("peer.example.com/cleanup")},
-		contenderOperator:  operatorContender(contenderOperator, v1alpha1.RunHistoryAlways),
-		contenderOnFailure: operatorContender(contenderOnFailure, v1alpha1.RunHistoryOnFailure),
+		contenderRaw:      {name: contenderRaw, arm: none, protected: finalizedBy(rawFinalizer)},
+		contenderPeer:     {name: contenderPeer, start: startPeer, arm: none, protected: finalizedBy("peer.example.com/cleanup")},
+		contenderOperator: operatorContender(contenderOperator, ""),
+		contenderAll:      operatorContender(contenderAll, v1alpha1.RunHistoryAll),
 	}
 }
 
-// operatorContender is teardown-operator with a policy keeping the given run history.
+// operatorContender is teardown-operator with a policy keeping the given run history ("": the
+// field left out, the default).
 func operatorContender(name string, history v1alpha1.RunHistory) contender {
 	return contender{name: name, start: startOperator, policy: &history, protected: operatorProtected,
 		arm: func(ctx context.Context, c client.Client, ns string, steps []v1alpha1.Step) error {

@@ -1,6 +1,6 @@
 // Command bench measures teardown throughput on the local kwok cluster, side by side: for each
-// contender (the raw floor, a hand-written peer controller, teardown-operator with runHistory
-// Always and with OnFailure), each on a fresh cluster, it protects N ConfigMaps, deletes them all,
+// contender (the raw floor, a hand-written peer controller, teardown-operator at its defaults and
+// with runHistory All), each on a fresh cluster, it protects N ConfigMaps, deletes them all,
 // and prints the time from the first delete to the last object gone, the delete-to-gone latency
 // percentiles, the API requests per target (from the API server's own request counters), CPU and
 // memory (also with N objects protected again and every finished run retained), then the ratio of
@@ -66,7 +66,7 @@ func main() {
 	flag.StringVar(&o.step, "step", stepWait, "the policy's steps: wait (one, duration 0), http (one, a POST to a local server) or pipeline (wait 0s, http, wait 0s)")
 	flag.DurationVar(&o.httpDelay, "http-delay", 0, "with -step http, how long the local server waits before it answers")
 	flag.DurationVar(&o.profile, "profile", 0, "profile the operator's CPU for this long from the first delete, its allocations, and its heap in use before the deletes, through --pprof-bind-address (bin/bench-operator.*.pprof)")
-	flag.StringVar(&o.contenders, "contenders", "raw,peer,operator,operator-onfailure", "who protects the targets, each on a fresh cluster: raw (the benchmark releases them itself), peer (a hand-written controller), operator (runHistory Always, the default), operator-onfailure (runHistory OnFailure)")
+	flag.StringVar(&o.contenders, "contenders", "raw,peer,operator,operator-all", "who protects the targets, each on a fresh cluster: raw (the benchmark releases them itself), peer (a hand-written controller), operator (its defaults: runHistory SkipImmediateSuccess), operator-all (runHistory All, a TeardownRun for every deletion)")
 	flag.BoolVar(&o.namespace, "namespace", false, "delete the targets' namespace instead of each target, and time until the namespace is gone")
 	flag.BoolVar(&o.writeCost, "write-cost", false, "instead of a teardown, measure the API server's and etcd's CPU per create of each object a teardown writes (a ConfigMap, an event, a TeardownRun) and per release of a terminating object, for each way of releasing it")
 	flag.Parse()
@@ -75,14 +75,14 @@ func main() {
 		os.Exit(2)
 	}
 	if o.namespace && !flagSet("contenders") {
-		o.contenders = "peer,operator,operator-onfailure" // nobody would release the raw floor's objects
+		o.contenders = "peer,operator,operator-all" // nobody would release the raw floor's objects
 	}
 	if o.namespace && strings.Contains(o.contenders, contenderRaw) {
 		fmt.Fprintln(os.Stderr, "bench: -namespace: the raw floor releases its objects itself, one by one; leave it out of -contenders")
 		os.Exit(2)
 	}
 	if o.step != stepWait && !flagSet("contenders") {
-		o.contenders = contenderOperator + "," + contenderOnFailure // only the operator has http steps
+		o.contenders = contenderOperator + "," + contenderAll // only the operator has http steps
 	}
 	measure := run
 	if o.writeCost {
@@ -127,7 +127,7 @@ func run(o options) error {
 	for _, name := range strings.Split(o.contenders, ",") {
 		c, ok := contenders()[strings.TrimSpace(name)]
 		if !ok {
-			return fmt.Errorf("-contenders: no contender %q (raw, peer, operator, operator-onfailure)", name)
+			return fmt.Errorf("-contenders: no contender %q (raw, peer, operator, operator-all)", name)
 		}
 		fmt.Printf("\n=== %s ===\n", c.name)
 		r, err := runOne(o, c)

@@ -36,7 +36,7 @@ func writeCost(o options) error {
 	if !o.keepCluster {
 		defer func() { _ = framework.StopCluster(o.root, cluster) }()
 	}
-	b := &bench{o: o, contender: contenders()[contenderOperator], kubeconfig: kubeconfig}
+	b := &bench{o: o, contender: contenders()[contenderAll], kubeconfig: kubeconfig}
 	if err := b.connect(ctx); err != nil {
 		return err
 	}

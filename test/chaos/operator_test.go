@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -9,20 +8,20 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/teardown-dev/teardown-operator/test/framework"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
 // operator is one run of the operator binary, with its defaults (leader election included).
 type operator struct {
 	cmd *exec.Cmd
-	log *syncBuffer
+	log *framework.SyncBuffer
 	// started is when the process started; leading when it acquired the lease.
 	started, leading time.Time
 	// done is closed once the process has exited.
@@ -55,7 +54,7 @@ var started atomic.Int32
 func startOperatorWith(kubeconfig string, extra ...string) *operator {
 	args := append([]string{"--kubeconfig", kubeconfig, "--run-namespace", runNamespace,
 		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"}, extra...)
-	o := &operator{cmd: exec.Command(operatorBin, args...), log: &syncBuffer{}, acting: "Successfully acquired lease"}
+	o := &operator{cmd: exec.Command(operatorBin, args...), log: &framework.SyncBuffer{}, acting: "Successfully acquired lease"}
 	if slices.Contains(extra, "--leader-elect=false") {
 		o.acting = "Starting workers" // no lease to wait for: it acts once its controllers start
 	}
@@ -118,22 +117,4 @@ func (o *operator) stop() {
 		_ = o.cmd.Process.Signal(syscall.SIGTERM)
 		<-o.done
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's writes and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

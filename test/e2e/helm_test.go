@@ -151,8 +151,13 @@ var _ = Describe("The Helm chart", Ordered, func() {
 		Eventually(hp.Finalizers(ctx, cm), time.Minute).Should(ContainElement("teardownpolicy.teardown.dev/cleanup"))
 		Expect(c.Delete(ctx, cm)).To(Succeed())
 		Eventually(hp.Gone(ctx, cm), time.Minute).Should(BeTrue())
-		Expect(hp.RunFor(ctx, cm)()).NotTo(BeNil())
-		Expect(hp.RunFor(ctx, cm)().Status.Phase).To(Equal(v1alpha1.RunSucceeded))
+		Expect(hp.RunFor(ctx, cm)()).To(BeNil(), "a teardown done at once leaves no run, at the default runHistory")
+		Eventually(func(g Gomega) {
+			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+			g.Expect(p.Status.Teardowns.Succeeded).To(Equal(int64(1)))
+			g.Expect(p.Status.RecentTeardowns).To(HaveLen(1))
+			g.Expect(p.Status.RecentTeardowns[0].Target.UID).To(Equal(cm.UID))
+		}, 30*time.Second).Should(Succeed(), "the policy's status records it")
 
 		lease := &coordinationv1.Lease{}
 		Expect(c.List(ctx, &coordinationv1.LeaseList{}, client.InNamespace(ns))).To(Succeed())

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -34,7 +33,7 @@ var (
 	probe      framework.Probe
 	kubeconfig string
 	operator   *exec.Cmd
-	opLog      bytes.Buffer
+	opLog      framework.SyncBuffer
 	// operatorBin and pluginBin are the operator and kubectl-teardown, built once.
 	operatorBin, pluginBin string
 )

@@ -95,6 +95,35 @@ func (p Probe) RunFor(ctx context.Context, target client.Object) func() *v1alpha
 	}
 }
 
+// TeardownOf returns a function reading the line of policy's status.recentTeardowns that records
+// the teardown of target, or nil: where a teardown that leaves no run (runHistory
+// SkipImmediateSuccess) is recorded.
+func (p Probe) TeardownOf(ctx context.Context, policy, target client.Object) func() *v1alpha1.RecentTeardown {
+	return func() *v1alpha1.RecentTeardown {
+		var recent []v1alpha1.RecentTeardown
+		switch pol := policy.(type) {
+		case *v1alpha1.TeardownPolicy:
+			got := &v1alpha1.TeardownPolicy{}
+			if p.Client.Get(ctx, client.ObjectKeyFromObject(pol), got) != nil {
+				return nil
+			}
+			recent = got.Status.RecentTeardowns
+		case *v1alpha1.ClusterTeardownPolicy:
+			got := &v1alpha1.ClusterTeardownPolicy{}
+			if p.Client.Get(ctx, client.ObjectKeyFromObject(pol), got) != nil {
+				return nil
+			}
+			recent = got.Status.RecentTeardowns
+		}
+		for i := range recent {
+			if recent[i].Target.UID == target.GetUID() {
+				return &recent[i]
+			}
+		}
+		return nil
+	}
+}
+
 // RunPhase returns a function reading the phase of a target's run.
 func (p Probe) RunPhase(ctx context.Context, target client.Object) func() v1alpha1.RunPhase {
 	return func() v1alpha1.RunPhase {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -61,6 +62,17 @@ func kubectlTeardownAs(kubeconfig string, args ...string) (stdout, stderr string
 
 func kubectlTeardown(args ...string) (stdout, stderr string, code int) {
 	return kubectlTeardownAs(cliKubeconfig, args...)
+}
+
+// kubectl runs the kubectl of the suite's control plane (KUBEBUILDER_ASSETS) and returns its
+// output; it fails the spec if kubectl fails.
+func kubectl(args ...string) string {
+	GinkgoHelper()
+	cmd := exec.Command(filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"), append([]string{"--kubeconfig", cliKubeconfig}, args...)...)
+	out, err := cmd.CombinedOutput()
+	GinkgoWriter.Printf("$ kubectl %s\n%s", strings.Join(args, " "), out)
+	Expect(err).NotTo(HaveOccurred(), string(out))
+	return string(out)
 }
 
 // kubectlTeardownOnTerminal runs the plugin with a terminal (a pseudo-terminal) as its standard

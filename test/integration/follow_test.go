@@ -131,9 +131,10 @@ var _ = Describe("Following teardowns with kubectl teardown", func() {
 		breakGlass(ctx, cm)
 	})
 
-	It("lists a policy's runs, finished ones included, newest first", func() {
+	It("lists a policy's teardowns and runs, finished ones included, newest first", func() {
 		ns := newNamespace(ctx)
 		p := namespacedPolicy(ns, "instant", waitStep("pause", 0))
+		p.Spec.RunHistory = v1alpha1.RunHistoryAll
 		first := protect(ctx, p, "first")
 		Expect(k8s.Delete(ctx, first)).To(Succeed())
 		Eventually(gone(ctx, first), 10*time.Second).Should(BeTrue())
@@ -142,8 +143,15 @@ var _ = Describe("Following teardowns with kubectl teardown", func() {
 		Eventually(gone(ctx, second), 10*time.Second).Should(BeTrue())
 		firstRun, secondRun := runFor(ctx, first)(), runFor(ctx, second)()
 
+		Eventually(func() int64 {
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+			return p.Status.Teardowns.Succeeded
+		}, 15*time.Second).Should(Equal(int64(2)), "the policy's history takes in both teardowns")
 		out, errOut, code := kubectlTeardown("status", "--policy", "TeardownPolicy/instant", "-n", ns)
 		Expect(code).To(Equal(cli.ExitOK), errOut)
+		Expect(out).To(ContainSubstring("TeardownPolicy/" + ns + "/instant: teardowns ended 2 times: 2 succeeded, 0 failed, 0 abandoned, 0 cancelled."))
+		Expect(out).To(MatchRegexp(`(?s)Recent teardowns, newest first:\s+ENDED\s+TARGET\s+OUTCOME\s+RUN\s+MESSAGE\s+\S+Z\s+ConfigMap ` + ns + `/second\s+Succeeded\s+` +
+			regexp.QuoteMeta(ns+"/"+secondRun.Name) + `\s+all steps done\s+\S+Z\s+ConfigMap ` + ns + `/first\s+Succeeded\s+` + regexp.QuoteMeta(ns+"/"+firstRun.Name)))
 		Expect(out).To(MatchRegexp(`(?m)^NAMESPACE\s+NAME\s+TARGET\s+PHASE\s+STARTED\s+DURATION\s+MESSAGE`))
 		Expect(out).To(MatchRegexp(`(?s)` + regexp.QuoteMeta(secondRun.Name) + `\s+ConfigMap ` + ns + `/second\s+Succeeded\s+\S+Z\s+\d+s.*` +
 			regexp.QuoteMeta(firstRun.Name) + `\s+ConfigMap ` + ns + `/first\s+Succeeded`))

@@ -21,11 +21,12 @@ import (
 var _ = Describe("Run history", func() {
 	ctx := context.Background()
 
-	It("records a pipeline that ends at once in one write, and none with runHistory OnFailure", func() {
+	It("records a pipeline that ends at once in one write with runHistory All, and none at the default", func() {
 		ns := newNamespace(ctx)
 		instant := []v1alpha1.Step{waitStep("first", 0),
 			{Name: "skipped", When: "object.metadata.name == 'someone-else'", Wait: &v1alpha1.WaitStep{Duration: dur(time.Hour)}}}
 		always := namespacedPolicy(ns, "always", instant...)
+		always.Spec.RunHistory = v1alpha1.RunHistoryAll
 		cm := protect(ctx, always, "recorded")
 		Expect(k8s.Delete(ctx, cm)).To(Succeed())
 		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
@@ -60,9 +61,19 @@ var _ = Describe("Run history", func() {
 			"Related":   BeNil(), "Series": BeNil(),
 		}), "sent as the events library sends a first event")
 
-		By("runHistory OnFailure: the same pipeline leaves no run; the policy's one event series counts such teardowns")
+		By("the policy's status lists it, naming its run")
+		Eventually(func(g Gomega) {
+			var p v1alpha1.TeardownPolicy
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(always), &p)).To(Succeed())
+			g.Expect(p.Status.Teardowns).To(Equal(v1alpha1.TeardownCounts{Succeeded: 1}))
+			g.Expect(p.Status.RecentTeardowns).To(ConsistOf(MatchFields(IgnoreExtras, Fields{
+				"Target":  MatchFields(IgnoreExtras, Fields{"Kind": Equal("ConfigMap"), "Namespace": Equal(ns), "Name": Equal("recorded"), "UID": Equal(cm.UID)}),
+				"Outcome": Equal(v1alpha1.RunSucceeded), "Run": Equal(run.Namespace + "/" + run.Name), "Message": Equal("all steps done"),
+			})))
+		}, 10*time.Second).Should(Succeed())
+
+		By("at the default, SkipImmediateSuccess: the same pipeline leaves no run; the policy's one event series counts such teardowns, its status lists them")
 		onFailure := namespacedPolicy(ns, "onfailure", instant...)
-		onFailure.Spec.RunHistory = v1alpha1.RunHistoryOnFailure
 		var quiet []*corev1.ConfigMap
 		for _, name := range []string{"unrecorded-1", "unrecorded-2", "unrecorded-3"} {
 			quiet = append(quiet, protect(ctx, onFailure, name))
@@ -82,13 +93,38 @@ var _ = Describe("Run history", func() {
 			}
 			g.Expect(series).To(HaveLen(1))
 			g.Expect(series[0].Reason).To(Equal(v1alpha1.ReasonSucceeded))
-			g.Expect(series[0].Note).To(Equal("Objects whose teardown succeeds at once are released without a TeardownRun (runHistory OnFailure); this series counts them. The first: ConfigMap " + ns + "/unrecorded-1"))
+			g.Expect(series[0].Note).To(Equal("Objects whose teardown succeeds at once are released without a TeardownRun (runHistory SkipImmediateSuccess); this series counts them. The first: ConfigMap " + ns + "/unrecorded-1"))
 			g.Expect(series[0].Series).NotTo(BeNil(), "later teardowns count in the series")
 		}, 10*time.Second).Should(Succeed())
 		for _, cm := range quiet {
 			Expect(runFor(ctx, cm)()).To(BeNil())
 			Expect(probe().EventNotes(ctx, cm)()).To(BeEmpty())
 		}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(onFailure), onFailure)).To(Succeed())
+		Expect(onFailure.Spec.RunHistory).To(Equal(v1alpha1.RunHistorySkipImmediateSuccess), "the default, written by the API server")
+		Eventually(func(g Gomega) {
+			var p v1alpha1.TeardownPolicy
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(onFailure), &p)).To(Succeed())
+			g.Expect(p.Status.Teardowns).To(Equal(v1alpha1.TeardownCounts{Succeeded: 3}))
+			g.Expect(p.Status.RecentTeardowns).To(HaveLen(3))
+			for i, name := range []string{"unrecorded-3", "unrecorded-2", "unrecorded-1"} { // newest first
+				g.Expect(p.Status.RecentTeardowns[i]).To(MatchFields(IgnoreExtras, Fields{
+					"Target":  MatchFields(IgnoreExtras, Fields{"Name": Equal(name), "UID": Equal(quiet[2-i].UID)}),
+					"Outcome": Equal(v1alpha1.RunSucceeded), "Run": BeEmpty(),
+				}))
+			}
+		}, 15*time.Second).Should(Succeed())
+
+		By("kubectl get -o wide and kubectl teardown status --policy show them")
+		cliKubeconfig = writeKubeconfig(cfg)
+		out, errOut, code := kubectlTeardown("status", "--policy", "onfailure", "-n", ns)
+		Expect(code).To(Equal(0), errOut)
+		Expect(out).To(ContainSubstring("TeardownPolicy/" + ns + "/onfailure: teardowns ended 3 times: 3 succeeded, 0 failed, 0 abandoned, 0 cancelled."))
+		Expect(out).To(MatchRegexp(`(?m)^\S+Z\s+ConfigMap ` + ns + `/unrecorded-3\s+Succeeded\s+\(not kept\)\s+all steps done$`))
+		Expect(out).To(ContainSubstring("No TeardownRun of TeardownPolicy/" + ns + "/onfailure is kept."))
+		wide := kubectl("get", "teardownpolicy", "onfailure", "-n", ns, "-o", "wide")
+		Expect(wide).To(MatchRegexp(`SUCCEEDED\s+FAILED\s+LAST-TEARDOWN`))
+		Expect(wide).To(MatchRegexp(`onfailure\s+ConfigMap\s+True\s+0\s+0\s+0\s+3\s+0\s+\d+s`))
 	})
 
 	It("sends a run's events as first events, on the run and on the object related to the run", func() {
@@ -125,7 +161,7 @@ var _ = Describe("Run history", func() {
 		}, 10*time.Second).Should(Succeed())
 	})
 
-	It("with runHistory OnFailure still records every pipeline that fails or goes on past its first pass", func() {
+	It("with runHistory OnFailure (SkipImmediateSuccess's earlier name) still records every pipeline that fails or goes on past its first pass", func() {
 		ns := newNamespace(ctx)
 		hold := waitStep("hold", 2*time.Second)
 		hold.When = "object.metadata.name != '' && object.metadata.labels['app'] == 'slow'"
@@ -196,7 +232,9 @@ var _ = Describe("Run history", func() {
 	It("labels a run that released its object a record, and deletes it after --run-retention", Serial, func() {
 		restartOperatorWith(func(o *engine.Options) { o.RunRetention = 3 * time.Second })
 		ns := newNamespace(ctx)
-		instant := protect(ctx, namespacedPolicy(ns, "instant", waitStep("first", 0)), "instant")
+		always := namespacedPolicy(ns, "instant", waitStep("first", 0))
+		always.Spec.RunHistory = v1alpha1.RunHistoryAlways // All's earlier name: still a run for every deletion
+		instant := protect(ctx, always, "instant")
 		slow := protect(ctx, namespacedPolicy(ns, "slow", waitStep("hold", time.Second)), "slow")
 		Expect(k8s.Delete(ctx, instant)).To(Succeed())
 		Expect(k8s.Delete(ctx, slow)).To(Succeed())

@@ -227,6 +227,8 @@ var _ = Describe("Policies", func() {
 					TargetRef: v1alpha1.TargetReference{APIVersion: "v1", Kind: "ConfigMap"},
 					Selector:  &metav1.LabelSelector{MatchLabels: map[string]string{"cluster-test": nsIn}},
 					Pipeline:  v1alpha1.Pipeline{Steps: []v1alpha1.Step{waitStep("a", 0)}},
+					// Where the run goes is what this spec checks at the end.
+					RunHistory: v1alpha1.RunHistoryAll,
 				},
 				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"teardown-test": "yes"}},
 			},

@@ -202,6 +202,7 @@ var _ = Describe("Safety", func() {
 	It("in a namespace being deleted, keeps a deleted policy's finalizers but adds none, and runs go to the run namespace", func() {
 		ns := newNamespace(ctx)
 		p := namespacedPolicy(ns, "keep", waitStep("a", 0))
+		p.Spec.RunHistory = v1alpha1.RunHistoryAll // where the run goes is what this spec is about
 		selected := protect(ctx, p, "selected")
 		other := configMap(ns, "other", map[string]string{"app": "other"})
 		Expect(k8s.Create(ctx, other)).To(Succeed())

@@ -234,6 +234,9 @@ func gone(ctx context.Context, obj client.Object) func() bool { return probe().G
 func runFor(ctx context.Context, target client.Object) func() *v1alpha1.TeardownRun {
 	return probe().RunFor(ctx, target)
 }
+func teardownOf(ctx context.Context, policy, target client.Object) func() *v1alpha1.RecentTeardown {
+	return probe().TeardownOf(ctx, policy, target)
+}
 func runPhase(ctx context.Context, target client.Object) func() v1alpha1.RunPhase {
 	return probe().RunPhase(ctx, target)
 }
