@@ -325,8 +325,9 @@ func (r *policyReconciler) count(ctx context.Context, v policy.View, f *policyFa
 
 // writeStatus writes a policy's status and reports whether it did (false: the policy is gone).
 // A full update rather than a merge patch: a patch computed against the cached status omits
-// counts that stay 0, and `kubectl get` would show them blank instead of 0. It updates a copy: the client decodes the reply into the object it sends, reusing
-// its maps, and the compiled policy in the registry shares obj's spec with target workers.
+// counts that stay 0, and `kubectl get` would show them blank instead of 0. It updates a copy:
+// the client decodes the reply into the object it sends, reusing its maps, and the compiled
+// policy in the registry shares obj's spec with target workers.
 func (r *policyReconciler) writeStatus(ctx context.Context, obj client.Object) (bool, error) {
 	written := obj.DeepCopyObject().(client.Object)
 	if err := r.client.Status().Update(ctx, written); err != nil {

@@ -30,29 +30,30 @@ const maxRecent = 10
 const maxRecentMessage = 256
 
 // historyDelta is what ended since a policy's history was last written: the counts, and the
-// newest maxRecent teardowns, oldest first. seq is the number of the last one taken in.
+// newest maxRecent teardowns, oldest first. seq is the number of the last one taken in; uid is the
+// policy's.
 type historyDelta struct {
 	counts v1alpha1.TeardownCounts
 	recent []v1alpha1.RecentTeardown
 	seq    uint64
+	uid    types.UID
 }
 
 func (d *historyDelta) empty() bool { return d == nil || d.seq == 0 }
 
-// pendingHistory is one policy's teardowns not written yet; seqs numbers recent's entries. uid is
-// the policy's: a policy deleted and made again under its name starts afresh.
+// pendingHistory is one policy's teardowns not written yet; seqs numbers recent's entries.
 type pendingHistory struct {
-	uid       types.UID
 	delta     historyDelta
 	seqs      []uint64
 	lastWrite time.Time
 }
 
 // teardownHistory keeps, per policy, the teardowns that ended and are not in its status yet. It
-// is safe for concurrent use.
+// is safe for concurrent use. A policy is known by its key and UID: one deleted and made again
+// under its name starts afresh, and a run of the earlier one that ends late counts for neither.
 type teardownHistory struct {
 	mu       sync.Mutex
-	byPolicy map[policy.Key]*pendingHistory
+	byPolicy map[policy.Key]map[types.UID]*pendingHistory
 	next     uint64
 	// recount queues the policy's status write after a delay.
 	recount func(key policy.Key, after time.Duration)
@@ -60,7 +61,7 @@ type teardownHistory struct {
 }
 
 func newTeardownHistory(recount func(policy.Key, time.Duration)) *teardownHistory {
-	return &teardownHistory{byPolicy: map[policy.Key]*pendingHistory{}, recount: recount, now: time.Now}
+	return &teardownHistory{byPolicy: map[policy.Key]map[types.UID]*pendingHistory{}, recount: recount, now: time.Now}
 }
 
 // ended records a teardown of policy key that ended, and queues the policy's status write for
@@ -68,10 +69,13 @@ func newTeardownHistory(recount func(policy.Key, time.Duration)) *teardownHistor
 func (h *teardownHistory) ended(key policy.Key, uid types.UID, t v1alpha1.RecentTeardown) {
 	t.Message = eventsink.Truncate(t.Message, maxRecentMessage)
 	h.mu.Lock()
-	p := h.byPolicy[key]
-	if p == nil || p.uid != uid {
-		p = &pendingHistory{uid: uid}
-		h.byPolicy[key] = p
+	if h.byPolicy[key] == nil {
+		h.byPolicy[key] = map[types.UID]*pendingHistory{}
+	}
+	p := h.byPolicy[key][uid]
+	if p == nil {
+		p = &pendingHistory{delta: historyDelta{uid: uid}}
+		h.byPolicy[key][uid] = p
 	}
 	h.next++
 	addCount(&p.delta.counts, t.Outcome, 1)
@@ -86,16 +90,17 @@ func (h *teardownHistory) ended(key policy.Key, uid types.UID, t v1alpha1.Recent
 }
 
 // take returns what ended since the policy of that UID last had its history written, if it may
-// be written now; otherwise nil, and how long until it may. What an earlier policy of the same
-// name left is dropped.
+// be written now; otherwise nil, and how long until it may. What policies of the same name and
+// another UID left is dropped: they are gone.
 func (h *teardownHistory) take(key policy.Key, uid types.UID) (*historyDelta, time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	p := h.byPolicy[key]
-	if p != nil && p.uid != uid {
-		delete(h.byPolicy, key)
-		return nil, 0
+	for other := range h.byPolicy[key] {
+		if other != uid {
+			delete(h.byPolicy[key], other)
+		}
 	}
+	p := h.byPolicy[key][uid]
 	if p == nil || p.delta.seq == 0 {
 		return nil, 0
 	}
@@ -114,7 +119,7 @@ func (h *teardownHistory) written(key policy.Key, d *historyDelta) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	p := h.byPolicy[key]
+	p := h.byPolicy[key][d.uid]
 	if p == nil {
 		return
 	}

@@ -79,16 +79,24 @@ func TestTeardownHistory(t *testing.T) {
 		t.Error("a policy forgotten still has history to write")
 	}
 
-	// A policy deleted and made again under its name: the new one's history starts afresh.
+	// A policy deleted and made again under its name: the new one's history starts afresh, and
+	// a run of the old one that ends late counts for neither.
 	now = now.Add(historyEvery)
 	h.ended(key, "u1", teardown("old", v1alpha1.RunSucceeded))
 	if d, _ := h.take(key, "u2"); d != nil {
 		t.Errorf("the new policy took the old one's history: %v", names(d.recent))
 	}
-	h.ended(key, "u1", teardown("old-again", v1alpha1.RunSucceeded))
 	h.ended(key, "u2", teardown("new", v1alpha1.RunFailed))
-	if d, _ := h.take(key, "u2"); d == nil || fmt.Sprint(names(d.recent)) != "[new]" || d.counts != (v1alpha1.TeardownCounts{Failed: 1}) {
+	d, _ = h.take(key, "u2")
+	h.ended(key, "u1", teardown("old-late", v1alpha1.RunSucceeded)) // between the take and the write
+	h.written(key, d)
+	if d == nil || fmt.Sprint(names(d.recent)) != "[new]" || d.counts != (v1alpha1.TeardownCounts{Failed: 1}) {
 		t.Errorf("the new policy's history: %+v", d)
+	}
+	now = now.Add(historyEvery)
+	h.ended(key, "u2", teardown("newer", v1alpha1.RunSucceeded))
+	if d, _ := h.take(key, "u2"); d == nil || fmt.Sprint(names(d.recent)) != "[newer]" || d.counts != (v1alpha1.TeardownCounts{Succeeded: 1}) {
+		t.Errorf("after the write, the new policy's history: %+v", d)
 	}
 }
 
