@@ -34,8 +34,10 @@ func printRunTable(w io.Writer, runs []v1alpha1.TeardownRun, wide, allNamespaces
 	_ = tw.Flush()
 }
 
-func targetOf(run *v1alpha1.TeardownRun) string {
-	t := run.Spec.Target
+func targetOf(run *v1alpha1.TeardownRun) string { return targetName(run.Spec.Target) }
+
+// targetName names a target as the tables show it: Kind namespace/name, or Kind name.
+func targetName(t v1alpha1.TargetObjectReference) string {
 	if t.Namespace != "" {
 		return fmt.Sprintf("%s %s/%s", t.Kind, t.Namespace, t.Name)
 	}
@@ -88,10 +90,6 @@ func printPolicyHistory(w io.Writer, policy string, st *v1alpha1.TeardownPolicyS
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ENDED\tTARGET\tOUTCOME\tRUN\tMESSAGE")
 	for _, t := range st.RecentTeardowns {
-		target := t.Target.Kind + " " + t.Target.Name
-		if t.Target.Namespace != "" {
-			target = t.Target.Kind + " " + t.Target.Namespace + "/" + t.Target.Name
-		}
 		run, msg := t.Run, t.Message
 		if run == "" {
 			run = "(not kept)"
@@ -99,7 +97,7 @@ func printPolicyHistory(w io.Writer, policy string, st *v1alpha1.TeardownPolicyS
 		if !wide {
 			msg = truncate(firstLineOf(msg), tableMessage)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.CompletionTime.UTC().Format(time.RFC3339), target, t.Outcome, run, msg)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.CompletionTime.UTC().Format(time.RFC3339), targetName(t.Target), t.Outcome, run, msg)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)

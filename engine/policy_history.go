@@ -124,9 +124,7 @@ func (h *teardownHistory) written(key policy.Key, d *historyDelta) {
 		return
 	}
 	p.lastWrite = h.now()
-	for _, o := range []v1alpha1.RunPhase{v1alpha1.RunSucceeded, v1alpha1.RunFailed, v1alpha1.RunAbandoned, v1alpha1.RunCancelled} {
-		addCount(&p.delta.counts, o, -countOf(d.counts, o))
-	}
+	addCounts(&p.delta.counts, d.counts, -1)
 	i := 0
 	for i < len(p.seqs) && p.seqs[i] <= d.seq {
 		i++
@@ -149,9 +147,7 @@ func withHistory(st v1alpha1.TeardownPolicyStatus, d *historyDelta) v1alpha1.Tea
 	if d.empty() {
 		return st
 	}
-	for _, o := range []v1alpha1.RunPhase{v1alpha1.RunSucceeded, v1alpha1.RunFailed, v1alpha1.RunAbandoned, v1alpha1.RunCancelled} {
-		addCount(&st.Teardowns, o, countOf(d.counts, o))
-	}
+	addCounts(&st.Teardowns, d.counts, 1)
 	recent := make([]v1alpha1.RecentTeardown, 0, maxRecent)
 	for i := len(d.recent) - 1; i >= 0 && len(recent) < maxRecent; i-- {
 		recent = append(recent, d.recent[i])
@@ -163,29 +159,24 @@ func withHistory(st v1alpha1.TeardownPolicyStatus, d *historyDelta) v1alpha1.Tea
 	return st
 }
 
-func counter(c *v1alpha1.TeardownCounts, outcome v1alpha1.RunPhase) *int64 {
+// addCount counts one more end of outcome in c.
+func addCount(c *v1alpha1.TeardownCounts, outcome v1alpha1.RunPhase, n int64) {
 	switch outcome {
 	case v1alpha1.RunSucceeded:
-		return &c.Succeeded
+		c.Succeeded += n
 	case v1alpha1.RunFailed:
-		return &c.Failed
+		c.Failed += n
 	case v1alpha1.RunAbandoned:
-		return &c.Abandoned
+		c.Abandoned += n
 	case v1alpha1.RunCancelled:
-		return &c.Cancelled
-	}
-	return nil
-}
-
-func addCount(c *v1alpha1.TeardownCounts, outcome v1alpha1.RunPhase, n int64) {
-	if p := counter(c, outcome); p != nil {
-		*p += n
+		c.Cancelled += n
 	}
 }
 
-func countOf(c v1alpha1.TeardownCounts, outcome v1alpha1.RunPhase) int64 {
-	if p := counter(&c, outcome); p != nil {
-		return *p
-	}
-	return 0
+// addCounts adds sign times d to c.
+func addCounts(c *v1alpha1.TeardownCounts, d v1alpha1.TeardownCounts, sign int64) {
+	c.Succeeded += sign * d.Succeeded
+	c.Failed += sign * d.Failed
+	c.Abandoned += sign * d.Abandoned
+	c.Cancelled += sign * d.Cancelled
 }

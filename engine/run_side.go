@@ -27,8 +27,8 @@ type runSide interface {
 	// resumeRecorded finds a run of that name in the API server and, if there is one, passes it
 	// on (or finishes the release of a record whose creator stopped): found says so.
 	resumeRecorded(ctx context.Context, namespace, name string) (found bool, err error)
-	// runOf returns the cached run of the object of that UID for finalizer, or nil; read only.
-	runOf(ctx context.Context, uid types.UID, finalizer string) *v1alpha1.TeardownRun
+	// runsOf returns the cached runs of the object of that UID; read only (see runWith).
+	runsOf(ctx context.Context, uid types.UID) []v1alpha1.TeardownRun
 	// wake has the run controller look at a run.
 	wake(run *v1alpha1.TeardownRun)
 	// releasedHere reports whether a run released finalizer from the object of that UID and
@@ -63,8 +63,12 @@ func (r *runReconciler) resumeRecorded(ctx context.Context, namespace, name stri
 	return false, nil
 }
 
-func (r *runReconciler) runOf(ctx context.Context, uid types.UID, finalizer string) *v1alpha1.TeardownRun {
-	runs := r.reads.runsOfTarget(ctx, uid)
+func (r *runReconciler) runsOf(ctx context.Context, uid types.UID) []v1alpha1.TeardownRun {
+	return r.reads.runsOfTarget(ctx, uid)
+}
+
+// runWith returns the run among runs that holds finalizer, or nil.
+func runWith(runs []v1alpha1.TeardownRun, finalizer string) *v1alpha1.TeardownRun {
 	if i := slices.IndexFunc(runs, func(run v1alpha1.TeardownRun) bool { return run.Spec.Finalizer == finalizer }); i >= 0 {
 		return &runs[i]
 	}

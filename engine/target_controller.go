@@ -162,12 +162,13 @@ func (r *targetReconciler) orphaned(ctx context.Context, finalizer, ns string) b
 // reconcileDeleting starts a run for each teardown finalizer on an object being deleted, or
 // releases the finalizer when there is nothing to run.
 func (r *targetReconciler) reconcileDeleting(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata) (reconcile.Result, error) {
+	runs := r.runs.runsOf(ctx, obj.UID)
 	var result reconcile.Result
 	for _, f := range obj.Finalizers {
 		if !naming.IsOurs(f) || r.runs.releasedHere(key, obj.UID, f) {
 			continue
 		}
-		if run := r.runs.runOf(ctx, obj.UID, f); run != nil {
+		if run := runWith(runs, f); run != nil {
 			r.runs.wake(run)
 			continue
 		}

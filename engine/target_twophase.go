@@ -102,7 +102,7 @@ func (r *targetReconciler) requests(ctx context.Context, key TargetKey, obj *met
 				"Delete request waits: the deletion guard of %s holds; the pipeline starts once it does not", p.Key))
 			continue
 		}
-		if run := r.runs.runOf(ctx, obj.UID, p.Finalizer); run != nil {
+		if run := runWith(r.runs.runsOf(ctx, obj.UID), p.Finalizer); run != nil {
 			if run.Status.Phase == v1alpha1.RunCancelled {
 				r.runs.wake(run)
 			}

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	enginepolicy "github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/internal/naming"
 )
 
@@ -100,21 +101,15 @@ func (p Probe) RunFor(ctx context.Context, target client.Object) func() *v1alpha
 // SkipImmediateSuccess) is recorded.
 func (p Probe) TeardownOf(ctx context.Context, policy, target client.Object) func() *v1alpha1.RecentTeardown {
 	return func() *v1alpha1.RecentTeardown {
-		var recent []v1alpha1.RecentTeardown
-		switch pol := policy.(type) {
-		case *v1alpha1.TeardownPolicy:
-			got := &v1alpha1.TeardownPolicy{}
-			if p.Client.Get(ctx, client.ObjectKeyFromObject(pol), got) != nil {
-				return nil
-			}
-			recent = got.Status.RecentTeardowns
-		case *v1alpha1.ClusterTeardownPolicy:
-			got := &v1alpha1.ClusterTeardownPolicy{}
-			if p.Client.Get(ctx, client.ObjectKeyFromObject(pol), got) != nil {
-				return nil
-			}
-			recent = got.Status.RecentTeardowns
+		got := policy.DeepCopyObject().(client.Object)
+		if p.Client.Get(ctx, client.ObjectKeyFromObject(policy), got) != nil {
+			return nil
 		}
+		v, err := enginepolicy.ViewOf(got)
+		if err != nil {
+			return nil
+		}
+		recent := v.Status.RecentTeardowns
 		for i := range recent {
 			if recent[i].Target.UID == target.GetUID() {
 				return &recent[i]
