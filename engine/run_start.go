@@ -56,10 +56,19 @@ func (r *runReconciler) start(ctx context.Context, s runStart) error {
 	if plan.LabelReleased {
 		run.Labels[v1alpha1.LabelReleased] = "true" // a record from the start: never cached
 	}
-	if plan.ReadSnapshot {
+	switch {
+	case plan.ReadSnapshot:
 		if ok, err := r.readSnapshot(ctx, s); err != nil || !ok {
 			return err
 		}
+	case plan.Record && s.plan.FromCache && len(run.Spec.Object.Raw) == 0:
+		// A record of a pass that read nothing of the object: what the cache knows of it says
+		// what was deleted.
+		raw, err := json.Marshal(s.target)
+		if err != nil {
+			return fmt.Errorf("encoding the metadata of %s: %w", s.key, err)
+		}
+		run.Spec.Object.Raw = raw
 	}
 	if plan.Record {
 		if created, err := r.record(ctx, run); err != nil || !created {
@@ -69,7 +78,7 @@ func (r *runReconciler) start(ctx context.Context, s runStart) error {
 	p.eventsOn, p.unrecorded = plan.EventsOn, !plan.Record
 	switch plan.EventsOn {
 	case eventsOnPolicy:
-		unrecordedEvents(p, c)
+		policyEvents(p, c, plan.Record)
 	case eventsOnTarget:
 		for i := range p.out.Events {
 			p.out.Events[i].Note += fmt.Sprintf(" (TeardownRun %s/%s)", run.Namespace, run.Name)
@@ -192,17 +201,20 @@ func (r *runReconciler) recorded(ctx context.Context, key client.ObjectKey) erro
 	return err
 }
 
-// unrecordedEvents sends a pass whose run is not kept (runHistory SkipImmediateSuccess, done at once) to
-// its policy, as one event that the events library folds, with every such teardown of the
-// policy, into a series: its count is how many objects were so released. Each is also logged.
-func unrecordedEvents(p *pass, c *policy.Compiled) {
+// policyEvents sends a pass that succeeded at once to its policy, as one event that the events
+// library folds, with every such teardown of the policy, into a series: its count is how many
+// objects were so released. The run, when one is kept (runHistory All), is the record of each;
+// each is also logged.
+func policyEvents(p *pass, c *policy.Compiled, recorded bool) {
 	ref := metaRef(v1alpha1.GroupVersion.WithKind(c.Key.Kind), c.Key.Namespace, c.Key.Name)
 	ref.SetUID(c.UID)
 	p.policyRef, p.eventsOn = ref, eventsOnPolicy
 	t := p.run.Spec.Target
-	p.out.Events = []pipeline.Event{{Reason: v1alpha1.ReasonSucceeded, Action: "ReleasedWithoutRun",
-		Note: fmt.Sprintf("Objects whose teardown succeeds at once are released without a TeardownRun (runHistory SkipImmediateSuccess); this series counts them. The first: %s",
-			targetName(t))}}
+	action, note := "ReleasedWithoutRun", "Objects whose teardown succeeds at once are released without a TeardownRun (runHistory SkipImmediateSuccess); this series counts them. The first: %s"
+	if recorded {
+		action, note = "ReleasedAtOnce", "Objects whose teardown succeeds at once are released in its first pass, each recorded by a TeardownRun (runHistory All); this series counts them. The first: %s"
+	}
+	p.out.Events = []pipeline.Event{{Reason: v1alpha1.ReasonSucceeded, Action: action, Note: fmt.Sprintf(note, targetName(t))}}
 }
 
 // cleanSuccess reports whether a run succeeded with no step failed (onFailure Continue lets a

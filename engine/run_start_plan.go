@@ -86,12 +86,17 @@ func planRecord(f recordFacts) recordPlan {
 	releases := f.Phase.Finished() && f.Phase.Releases(f.FailurePolicy)
 	deletes := releases && f.TwoPhase && f.Phase != v1alpha1.RunAbandoned
 	p := recordPlan{Record: f.RecordsEveryRun || !f.CleanSuccess, EventsOn: eventsOnRunAndTarget}
-	p.ReadSnapshot = p.Record && f.FromCache
 	p.HoldFinalizer = !f.Phase.Finished() || deletes || !releases
 	p.LabelReleased = !p.HoldFinalizer && releases
 	p.ReleaseNow = releases && !deletes
+	// The audit mode's record of a pass that ended it: an earlier pass of the same deletion left
+	// a record of that name, which the create runs into (AlreadyExists), so the live object need
+	// not be read to rule a repeat out, and the cached metadata is the snapshot.
+	auditRecord := f.RecordsEveryRun && !f.TwoPhase && p.LabelReleased
+	p.ReadSnapshot = p.Record && f.FromCache && !auditRecord
 	switch {
-	case !p.Record:
+	case !p.Record, auditRecord && f.CleanSuccess:
+		// No run, or a run that is itself the record: the policy's folded series counts it.
 		p.EventsOn = eventsOnPolicy
 	case f.Phase == v1alpha1.RunSucceeded:
 		// The object goes at once and the run's status tells it all: one event, on the object,

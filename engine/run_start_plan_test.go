@@ -43,9 +43,21 @@ func TestPlanRecord(t *testing.T) {
 		facts recordFacts
 		want  recordPlan
 	}{
-		"Always, succeeded at once: a record from the start, released, one event on the object": {
+		"All, succeeded at once: a record from the start, released, the policy's series counts it": {
 			recordFacts{Phase: v1alpha1.RunSucceeded, RecordsEveryRun: true, CleanSuccess: true},
+			recordPlan{Record: true, LabelReleased: true, ReleaseNow: true, EventsOn: eventsOnPolicy}},
+		"All from the cache, succeeded at once: no read, the record's create rules a repeat out": {
+			recordFacts{Phase: v1alpha1.RunSucceeded, RecordsEveryRun: true, CleanSuccess: true, FromCache: true},
+			recordPlan{Record: true, LabelReleased: true, ReleaseNow: true, EventsOn: eventsOnPolicy}},
+		"All from the cache, succeeded past a failed step: no read, one event on the object": {
+			recordFacts{Phase: v1alpha1.RunSucceeded, RecordsEveryRun: true, FromCache: true},
 			recordPlan{Record: true, LabelReleased: true, ReleaseNow: true, EventsOn: eventsOnTarget}},
+		"All from the cache, goes on: its snapshot read before the record": {
+			recordFacts{Phase: v1alpha1.RunRunning, RecordsEveryRun: true, FromCache: true},
+			recordPlan{Record: true, ReadSnapshot: true, HoldFinalizer: true, EventsOn: eventsOnRunAndTarget}},
+		"OnFailure from the cache, failed at once under Release: its snapshot read (no earlier record rules a repeat out)": {
+			recordFacts{Phase: v1alpha1.RunFailed, FailurePolicy: v1alpha1.FailurePolicyRelease, FromCache: true},
+			recordPlan{Record: true, ReadSnapshot: true, LabelReleased: true, ReleaseNow: true, EventsOn: eventsOnRunAndTarget}},
 		"OnFailure, a clean success at once: no run, events on the policy": {
 			recordFacts{Phase: v1alpha1.RunSucceeded, CleanSuccess: true, FromCache: true},
 			recordPlan{LabelReleased: true, ReleaseNow: true, EventsOn: eventsOnPolicy}},

@@ -285,8 +285,9 @@ type TeardownPolicySpec struct {
 	// still leaves an unsampled "teardown ended" log line (the audit trail to ship to a log
 	// store), the metrics, and a line in this policy's status.teardowns and
 	// status.recentTeardowns. It costs the API server one write, the release, where All costs
-	// three (the run, its event and the release; docs/benchmarks.md). All records a run for
-	// every deletion: the audit mode. Always and OnFailure, the earlier names of All and
+	// two (the run and the release; docs/benchmarks.md). All records a run for every deletion:
+	// the audit mode; a run that ends in its first pass is then the record, with no event on
+	// the object (the policy's series counts them). Always and OnFailure, the earlier names of All and
 	// SkipImmediateSuccess, are still accepted. A two-phase policy (trigger DeleteRequest)
 	// records every run. Either way a crash repeats at most the steps of one pass, with the
 	// same Idempotency-Key.

@@ -90,7 +90,9 @@ type TeardownRunSpec struct {
 	// pipeline is the policy's pipeline as it was when the deletion began.
 	Pipeline Pipeline `json:"pipeline"`
 	// object is the target as it was when the deletion began: `object` in expressions.
-	// The data of a Secret is never copied.
+	// The data of a Secret is never copied. A run recorded finished in its first pass, of a
+	// pipeline that reads no more of the object than the metadata the operator caches, keeps
+	// that metadata alone: the object is not read for it.
 	// +optional
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Schemaless

@@ -49,11 +49,10 @@ func (c *Compiled) RecordsEveryRun() bool {
 }
 
 // ReadsTargetFirst reports whether a deletion's first pass starts from the whole object, read
-// from the API server: its run is recorded whatever the outcome (with the object's snapshot), it
-// is a two-phase request, or an expression of its pipeline reads more of `object` than the
-// metadata the engine caches.
+// from the API server: it is a two-phase request (its delete request is read from the object), or
+// an expression of its pipeline reads more of `object` than the metadata the engine caches.
 func (c *Compiled) ReadsTargetFirst() bool {
-	return c.RecordsEveryRun() || c.Pipeline == nil || c.Pipeline.ReadsObjectBeyondMetadata
+	return c.Spec == nil || c.TwoPhase() || c.Pipeline == nil || c.Pipeline.ReadsObjectBeyondMetadata
 }
 
 // TwoPhase reports whether the policy runs its pipeline on a delete request, before the DELETE

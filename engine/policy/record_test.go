@@ -55,8 +55,9 @@ func TestReadsTargetFirst(t *testing.T) {
 		{"OnFailure, until over the object's spec", wait("", "has(object.spec)"), v1alpha1.RunHistoryOnFailure, "", true, true},
 		{"the default (SkipImmediateSuccess): the cached metadata is enough", wait("", ""), "", "", false, false},
 		{"SkipImmediateSuccess, a guard on the object's data", wait("object.data.x != 'y'", ""), v1alpha1.RunHistorySkipImmediateSuccess, "", true, true},
-		{"All: the run keeps a snapshot", wait("", ""), v1alpha1.RunHistoryAll, "", false, true},
-		{"Always (All's earlier name): the run keeps a snapshot", wait("", ""), v1alpha1.RunHistoryAlways, "", false, true},
+		{"All: the cached metadata is enough too", wait("", ""), v1alpha1.RunHistoryAll, "", false, false},
+		{"Always (All's earlier name), a guard on the object's labels", wait("has(object.metadata.labels)", ""), v1alpha1.RunHistoryAlways, "", true, false},
+		{"All, a guard on the object's data", wait("object.data.x != 'y'", ""), v1alpha1.RunHistoryAll, "", true, true},
 		{"OnFailure, two-phase: always recorded", wait("", ""), v1alpha1.RunHistoryOnFailure, v1alpha1.TriggerDeleteRequest, false, true},
 	}
 	for _, tt := range tests {
