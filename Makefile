@@ -177,6 +177,14 @@ fuzz: ## Fuzz policies, CEL, ${} templates, job templates and http responses, ea
 bench: control-plane build ## Teardown benchmark, side by side: raw floor, hand-written controller, operator at its defaults and with runHistory All (N=1000 targets by default).
 	$(GO) run ./test/bench -n $${N:-1000}
 
+.PHONY: bench-scale
+bench-scale: control-plane build ## Teardown benchmark at scale, peer and operator: 100,000 targets in 100 namespaces (one ClusterTeardownPolicy), 10,000 of them deleted; memory per protected object.
+	$(GO) run ./test/bench -n 100000 -namespaces 100 -delete 10000 -contenders peer,operator
+
+.PHONY: bench-namespace
+bench-namespace: control-plane build ## Teardown benchmark of a namespace deletion, peer and operator: 10,000 targets, their namespace deleted.
+	$(GO) run ./test/bench -n 10000 -namespace -contenders peer,operator
+
 ##@ Demo
 
 .PHONY: demo

@@ -6,9 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
@@ -40,14 +41,16 @@ type contender struct {
 	start func(o options, kubeconfig string, modeArgs []string) (*process, error)
 	// policy is the teardown-operator policy's runHistory; nil for the others.
 	policy *v1alpha1.RunHistory
-	// arm makes the contender protect the namespace's app=bench ConfigMaps.
-	arm func(ctx context.Context, c client.Client, ns string, steps []v1alpha1.Step) error
+	// arm makes the contender protect the app=bench ConfigMaps of the namespaces.
+	arm func(ctx context.Context, c client.Client, namespaces []string, steps []v1alpha1.Step) error
+	// ready reports whether it is ready to protect them; nil: as soon as it is armed.
+	ready func(ctx context.Context, c client.Client, namespaces []string) (bool, error)
 	// protected counts the objects it protects.
-	protected func(ctx context.Context, c client.Client, ns string) (int, error)
+	protected func(ctx context.Context, c client.Client, namespaces []string) (int, error)
 }
 
 func contenders() map[string]contender {
-	none := func(context.Context, client.Client, string, []v1alpha1.Step) error { return nil }
+	none := func(context.Context, client.Client, []string, []v1alpha1.Step) error { return nil }
 	return map[string]contender{
 		contenderRaw:      {name: contenderRaw, arm: none, protected: finalizedBy(rawFinalizer)},
 		contenderPeer:     {name: contenderPeer, start: startPeer, arm: none, protected: finalizedBy("peer.example.com/cleanup")},
@@ -60,26 +63,52 @@ func contenders() map[string]contender {
 // field left out, the default).
 func operatorContender(name string, history v1alpha1.RunHistory) contender {
 	return contender{name: name, start: startOperator, policy: &history, protected: operatorProtected,
-		arm: func(ctx context.Context, c client.Client, ns string, steps []v1alpha1.Step) error {
-			p := framework.NamespacedPolicy(ns, "bench", steps...)
-			p.Spec.RunHistory = history
+		arm: func(ctx context.Context, c client.Client, namespaces []string, steps []v1alpha1.Step) error {
+			p, _ := operatorPolicy(namespaces, steps, history)
 			return c.Create(ctx, p)
+		},
+		ready: func(ctx context.Context, c client.Client, namespaces []string) (bool, error) {
+			st, err := operatorStatus(ctx, c, namespaces)
+			return err == nil && apimeta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionReady), err
 		}}
 }
 
-func operatorProtected(ctx context.Context, c client.Client, ns string) (int, error) {
-	p := &v1alpha1.TeardownPolicy{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "bench"}, p); err != nil {
-		return 0, err
+// benchNamespace labels the targets' namespaces, for the cluster policy's namespaceSelector.
+var benchNamespace = map[string]string{"bench.teardown.dev/targets": "true"}
+
+// operatorPolicy is the operator contenders' policy, and its status: a TeardownPolicy in the
+// targets' namespace, or, when they are spread over several, one ClusterTeardownPolicy with the
+// same spec that selects those namespaces.
+func operatorPolicy(namespaces []string, steps []v1alpha1.Step, history v1alpha1.RunHistory) (client.Object, *v1alpha1.TeardownPolicyStatus) {
+	p := framework.NamespacedPolicy(namespaces[0], "bench", steps...)
+	p.Spec.RunHistory = history
+	if len(namespaces) == 1 {
+		return p, &p.Status
 	}
-	return int(p.Status.Protected), nil
+	cp := &v1alpha1.ClusterTeardownPolicy{ObjectMeta: metav1.ObjectMeta{Name: p.Name}, Spec: v1alpha1.ClusterTeardownPolicySpec{
+		TeardownPolicySpec: p.Spec, NamespaceSelector: &metav1.LabelSelector{MatchLabels: benchNamespace}}}
+	return cp, &cp.Status
 }
 
-// finalizedBy counts the namespace's ConfigMaps that carry a finalizer.
-func finalizedBy(finalizer string) func(ctx context.Context, c client.Client, ns string) (int, error) {
-	return func(ctx context.Context, c client.Client, ns string) (int, error) {
+// operatorStatus reads the status of the operator contenders' policy.
+func operatorStatus(ctx context.Context, c client.Client, namespaces []string) (*v1alpha1.TeardownPolicyStatus, error) {
+	p, st := operatorPolicy(namespaces, nil, "")
+	return st, c.Get(ctx, client.ObjectKeyFromObject(p), p)
+}
+
+func operatorProtected(ctx context.Context, c client.Client, namespaces []string) (int, error) {
+	st, err := operatorStatus(ctx, c, namespaces)
+	if err != nil {
+		return 0, err
+	}
+	return int(st.Protected), nil
+}
+
+// finalizedBy counts the targets, in every namespace, that carry a finalizer.
+func finalizedBy(finalizer string) func(ctx context.Context, c client.Client, _ []string) (int, error) {
+	return func(ctx context.Context, c client.Client, _ []string) (int, error) {
 		list := configMapList()
-		if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+		if err := c.List(ctx, list, targetLabels); err != nil {
 			return 0, err
 		}
 		n := 0
@@ -114,39 +143,4 @@ func startPeer(o options, kubeconfig string, _ []string) (*process, error) {
 		return nil, fmt.Errorf("building the peer controller: %v: %s", err, out)
 	}
 	return startProcess(filepath.Join(o.root, "bin", "bench-peer.log"), bin, "--kubeconfig", kubeconfig)
-}
-
-// compare prints each contender's figures and their ratio to the hand-written controller's.
-func compare(o options, results []result) {
-	var peer *result
-	for i := range results {
-		if results[i].contender == contenderPeer {
-			peer = &results[i]
-		}
-	}
-	fmt.Printf("\nside by side: %d targets, %s; ratios are to the hand-written controller (peer)\n", o.n, describeSteps(o.step))
-	fmt.Printf("  %-18s %14s %10s %10s %8s %8s %11s %11s\n", "contender", "objects/s", "p50", "p99", "writes", "reads", "peak RSS", "protect")
-	for _, r := range results {
-		rate := float64(o.n) / r.total.Seconds()
-		line := fmt.Sprintf("  %-18s %8.0f", r.contender, rate)
-		if peer != nil {
-			line += fmt.Sprintf(" %4.2fx", rate/(float64(o.n)/peer.total.Seconds()))
-		}
-		peak := "-"
-		if r.peak >= 0 {
-			peak = mib(r.peak)
-		}
-		fmt.Printf("%s %10s %10s %8.2f %8.2f %11s %11s\n", line, r.p50, r.p99, r.writes, r.reads, peak, r.protect.Round(time.Millisecond))
-	}
-}
-
-// describeSteps says in words what the benchmark policy's steps are.
-func describeSteps(step string) string {
-	switch step {
-	case stepHTTP:
-		return "one http step"
-	case stepPipeline:
-		return "three steps (wait 0s, http, wait 0s)"
-	}
-	return "one wait step (duration 0)"
 }

@@ -16,33 +16,46 @@ import (
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 )
 
-// diagnose prints, to stderr, what is left when the teardown does not finish: the targets not
-// gone, the runs by phase with a few unfinished ones in full, the local endpoint's view (http
-// mode) and the operator's queue and run gauges (when its metrics address is known).
-func diagnose(o options, c client.Client, ns string, gone map[string]time.Time, ep *endpoint, metricsAddr string) {
+// diagnose prints, to stderr, what is left when the teardown does not finish: the deleted targets
+// (keys) not gone, the runs by phase with a few unfinished ones in full, the local endpoint's view
+// (http mode) and the operator's queue and run gauges (when its metrics address is known).
+func diagnose(c client.Client, keys []string, gone map[string]time.Time, ep *endpoint, metricsAddr string) {
 	// The run's own context may be the one that ran out.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	w := os.Stderr
-	fmt.Fprintf(w, "\n--- diagnosis at %s: %d of %d targets seen gone\n", time.Now().UTC().Format("15:04:05.000"), countTargets(gone), o.n)
+	fmt.Fprintf(w, "\n--- diagnosis at %s: %d of %d targets seen gone\n", time.Now().UTC().Format("15:04:05.000"), len(gone), len(keys))
+	diagnoseTargets(ctx, w, c, keys)
+	diagnoseRuns(ctx, w, c)
+	diagnoseOperator(ctx, w, keys, ep, metricsAddr)
+}
 
+// diagnoseTargets prints the deleted targets still there.
+func diagnoseTargets(ctx context.Context, w io.Writer, c client.Client, keys []string) {
+	deleted := map[string]bool{}
+	for _, k := range keys {
+		deleted[k] = true
+	}
 	var cms corev1.ConfigMapList
-	if err := c.List(ctx, &cms, client.InNamespace(ns)); err != nil {
+	if err := c.List(ctx, &cms, targetLabels); err != nil {
 		fmt.Fprintf(w, "listing ConfigMaps: %v\n", err)
 	} else {
 		left := 0
 		for _, cm := range cms.Items {
-			if !strings.HasPrefix(cm.Name, "target-") {
+			if !deleted[objectKey(cm.Namespace, cm.Name)] {
 				continue
 			}
 			left++
 			if left <= 10 {
-				fmt.Fprintf(w, "  left: %s deletionTimestamp=%v finalizers=%v uid=%s\n", cm.Name, cm.DeletionTimestamp, cm.Finalizers, cm.UID)
+				fmt.Fprintf(w, "  left: %s/%s deletionTimestamp=%v finalizers=%v uid=%s\n", cm.Namespace, cm.Name, cm.DeletionTimestamp, cm.Finalizers, cm.UID)
 			}
 		}
-		fmt.Fprintf(w, "  targets still in the API server: %d\n", left)
+		fmt.Fprintf(w, "  deleted targets still in the API server: %d\n", left)
 	}
+}
 
+// diagnoseRuns prints the runs by phase, and a few unfinished ones in full.
+func diagnoseRuns(ctx context.Context, w io.Writer, c client.Client) {
 	var runs v1alpha1.TeardownRunList
 	if err := c.List(ctx, &runs); err != nil {
 		fmt.Fprintf(w, "listing TeardownRuns: %v\n", err)
@@ -61,13 +74,13 @@ func diagnose(o options, c client.Client, ns string, gone map[string]time.Time, 
 				unfinished = append(unfinished, r)
 			}
 		}
-		keys := make([]string, 0, len(byPhase))
+		phases := make([]string, 0, len(byPhase))
 		for k := range byPhase {
-			keys = append(keys, k)
+			phases = append(phases, k)
 		}
-		sort.Strings(keys)
+		sort.Strings(phases)
 		fmt.Fprintf(w, "  TeardownRuns: %d\n", len(runs.Items))
-		for _, k := range keys {
+		for _, k := range phases {
 			fmt.Fprintf(w, "    %-50q %d\n", k, byPhase[k])
 		}
 		multi := 0
@@ -87,11 +100,15 @@ func diagnose(o options, c client.Client, ns string, gone map[string]time.Time, 
 			}
 		}
 	}
+}
 
+// diagnoseOperator prints the local endpoint's view of the deleted targets (http mode) and the
+// operator's queue and run gauges (when its metrics address is known).
+func diagnoseOperator(ctx context.Context, w io.Writer, keys []string, ep *endpoint, metricsAddr string) {
 	if ep != nil {
 		reqs, bad := ep.requests()
 		total, none, dup := 0, 0, 0
-		for i := range o.n {
+		for i := range keys {
 			rs := reqs[name(i)]
 			total += len(rs)
 			switch {
@@ -117,16 +134,6 @@ func diagnose(o options, c client.Client, ns string, gone map[string]time.Time, 
 			}
 		}
 	}
-}
-
-func countTargets(gone map[string]time.Time) int {
-	n := 0
-	for k := range gone {
-		if strings.HasPrefix(k, "target-") {
-			n++
-		}
-	}
-	return n
 }
 
 func get(ctx context.Context, url string) (string, error) {

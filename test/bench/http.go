@@ -127,12 +127,12 @@ func freeAddr() (string, error) {
 
 // httpReport prints the http mode's own figures: requests, duplicates, where the time of a
 // deletion goes, and the operator's own measure of the step.
-func httpReport(ctx context.Context, o options, ep *endpoint, metricsAddr, logPath string, deletedAt []time.Time, goneAt map[string]time.Time) error {
+func httpReport(ctx context.Context, ep *endpoint, metricsAddr, logPath string, keys []string, deletedAt []time.Time, goneAt map[string]time.Time) error {
 	reqs, bad := ep.requests()
 	total, dups, missing, keyMismatch := 0, 0, 0, 0
 	var queued, completion []time.Duration
 	var dupNames []string
-	for i := range o.n {
+	for i, k := range keys {
 		n := name(i)
 		rs := reqs[n]
 		total += len(rs)
@@ -151,7 +151,7 @@ func httpReport(ctx context.Context, o options, ep *endpoint, metricsAddr, logPa
 		}
 		first := rs[0].at
 		queued = append(queued, first.Sub(deletedAt[i]))
-		if g, ok := goneAt[n]; ok {
+		if g, ok := goneAt[k]; ok {
 			completion = append(completion, g.Sub(first))
 		}
 	}
@@ -164,7 +164,7 @@ func httpReport(ctx context.Context, o options, ep *endpoint, metricsAddr, logPa
 	sortDurations(completion)
 
 	fmt.Printf("  http step: requests received %d for %d targets; targets with more than one request (duplicates): %d; targets with none: %d\n",
-		total, o.n, dups, missing)
+		total, len(keys), dups, missing)
 	if len(dupNames) > 0 {
 		sort.Strings(dupNames)
 		for _, n := range dupNames[:min(len(dupNames), 10)] {

@@ -3,18 +3,23 @@
 // with runHistory All), each on a fresh cluster, it protects N ConfigMaps, deletes them all,
 // and prints the time from the first delete to the last object gone, the delete-to-gone latency
 // percentiles, the API requests per target (from the API server's own request counters), CPU and
-// memory (also with N objects protected again and every finished run retained), then the ratio of
-// each contender's figures to the peer's.
+// memory (idle, with N objects protected, and with N protected again and every finished run
+// retained), the rate at which the contender protects new objects, then the ratio of each
+// contender's figures to the peer's.
 //
 // The operator runs as its own process with its default flags, as a user would run it. Its policy
 // has one wait step of 0s; -step http makes it one http step that POSTs to a server the benchmark
 // runs on 127.0.0.1, and -step pipeline three steps (wait 0s, that POST, wait 0s); the benchmark then
 // also prints the requests received, duplicates, and the operator's step-duration histogram.
 // -namespace deletes the namespace instead of each object; -profile takes CPU profiles.
+// -namespaces K spreads the targets over K namespaces, which the operator then protects with one
+// ClusterTeardownPolicy; -delete M deletes only M of them (spread over the namespaces) and measures
+// the teardown of those M. -timeout grows with N unless set.
 //
 //	go run ./test/bench -n 1000
 //	go run ./test/bench -n 1000 -step pipeline
-//	go run ./test/bench -n 10000 -namespace
+//	go run ./test/bench -n 10000 -namespace -contenders peer,operator
+//	go run ./test/bench -n 100000 -namespaces 100 -delete 10000 -contenders peer,operator
 package main
 
 import (
@@ -50,39 +55,16 @@ type options struct {
 	profile     time.Duration
 	namespace   bool
 	writeCost   bool
+	namespaces  int // how many namespaces the targets are spread over
+	deletes     int // how many targets the teardown deletes (-delete, 0 resolved to n)
 }
 
 func main() {
 	ctrllog.SetLogger(logr.Discard()) // the benchmark's clients have nothing to log
-	var o options
-	flag.IntVar(&o.n, "n", 1000, "targets to protect and delete")
-	flag.IntVar(&o.parallel, "parallel", 32, "concurrent create and delete requests from the benchmark")
-	flag.StringVar(&o.root, "root", ".", "repository root")
-	flag.StringVar(&o.cluster, "cluster", "teardown-bench", "kwok cluster name")
-	flag.BoolVar(&o.keepCluster, "keep-cluster", false, "leave the cluster running afterwards")
-	flag.StringVar(&o.operatorBin, "operator", "bin/teardown-operator", "operator binary (make build)")
-	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up after this long")
-	flag.StringVar(&o.extraArgs, "operator-args", "", "extra operator flags, space-separated (the default is none: production defaults)")
-	flag.StringVar(&o.step, "step", stepWait, "the policy's steps: wait (one, duration 0), http (one, a POST to a local server) or pipeline (wait 0s, http, wait 0s)")
-	flag.DurationVar(&o.httpDelay, "http-delay", 0, "with -step http, how long the local server waits before it answers")
-	flag.DurationVar(&o.profile, "profile", 0, "profile the operator's CPU for this long from the first delete, its allocations, and its heap in use before the deletes, through --pprof-bind-address (bin/bench-operator.*.pprof)")
-	flag.StringVar(&o.contenders, "contenders", "raw,peer,operator,operator-all", "who protects the targets, each on a fresh cluster: raw (the benchmark releases them itself), peer (a hand-written controller), operator (its defaults: runHistory SkipImmediateSuccess), operator-all (runHistory All, a TeardownRun for every deletion)")
-	flag.BoolVar(&o.namespace, "namespace", false, "delete the targets' namespace instead of each target, and time until the namespace is gone")
-	flag.BoolVar(&o.writeCost, "write-cost", false, "instead of a teardown, measure the API server's and etcd's CPU per create of each object a teardown writes (a ConfigMap, an event, a TeardownRun) and per release of a terminating object, for each way of releasing it")
-	flag.Parse()
-	if o.step != stepWait && o.step != stepHTTP && o.step != stepPipeline {
-		fmt.Fprintf(os.Stderr, "bench: -step must be wait, http or pipeline, not %q\n", o.step)
+	o := parseFlags()
+	if err := o.resolve(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
-	}
-	if o.namespace && !flagSet("contenders") {
-		o.contenders = "peer,operator,operator-all" // nobody would release the raw floor's objects
-	}
-	if o.namespace && strings.Contains(o.contenders, contenderRaw) {
-		fmt.Fprintln(os.Stderr, "bench: -namespace: the raw floor releases its objects itself, one by one; leave it out of -contenders")
-		os.Exit(2)
-	}
-	if o.step != stepWait && !flagSet("contenders") {
-		o.contenders = contenderOperator + "," + contenderAll // only the operator has http steps
 	}
 	measure := run
 	if o.writeCost {
@@ -92,6 +74,67 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+func parseFlags() options {
+	var o options
+	flag.IntVar(&o.n, "n", 1000, "targets to protect and delete")
+	flag.IntVar(&o.namespaces, "namespaces", 1, "spread the targets over this many namespaces (target i in the (i mod K)-th); above 1 the operator protects them with one ClusterTeardownPolicy")
+	flag.IntVar(&o.deletes, "delete", 0, "delete only this many of the targets, spread over the namespaces, and measure their teardown (0: all)")
+	flag.IntVar(&o.parallel, "parallel", 32, "concurrent create and delete requests from the benchmark")
+	flag.StringVar(&o.root, "root", ".", "repository root")
+	flag.StringVar(&o.cluster, "cluster", "teardown-bench", "kwok cluster name")
+	flag.BoolVar(&o.keepCluster, "keep-cluster", false, "leave the cluster running afterwards")
+	flag.StringVar(&o.operatorBin, "operator", "bin/teardown-operator", "operator binary (make build)")
+	flag.DurationVar(&o.timeout, "timeout", 0, "give up on a contender after this long (0: 10m, or 30ms per target when that is longer)")
+	flag.StringVar(&o.extraArgs, "operator-args", "", "extra operator flags, space-separated (the default is none: production defaults)")
+	flag.StringVar(&o.step, "step", stepWait, "the policy's steps: wait (one, duration 0), http (one, a POST to a local server) or pipeline (wait 0s, http, wait 0s)")
+	flag.DurationVar(&o.httpDelay, "http-delay", 0, "with -step http, how long the local server waits before it answers")
+	flag.DurationVar(&o.profile, "profile", 0, "profile the operator's CPU for this long from the first delete, its allocations, and its heap in use before the deletes, through --pprof-bind-address (bin/bench-operator.*.pprof)")
+	flag.StringVar(&o.contenders, "contenders", "raw,peer,operator,operator-all", "who protects the targets, each on a fresh cluster: raw (the benchmark releases them itself), peer (a hand-written controller), operator (its defaults: runHistory SkipImmediateSuccess), operator-all (runHistory All, a TeardownRun for every deletion)")
+	flag.BoolVar(&o.namespace, "namespace", false, "delete the targets' namespace instead of each target, and time until the namespace is gone")
+	flag.BoolVar(&o.writeCost, "write-cost", false, "instead of a teardown, measure the API server's and etcd's CPU per create of each object a teardown writes (a ConfigMap, an event, a TeardownRun) and per release of a terminating object, for each way of releasing it")
+	flag.Parse()
+	return o
+}
+
+// resolve checks the flags against each other and fills in the defaults that depend on others.
+func (o *options) resolve() error {
+	if o.step != stepWait && o.step != stepHTTP && o.step != stepPipeline {
+		return fmt.Errorf("-step must be wait, http or pipeline, not %q", o.step)
+	}
+	if o.namespaces < 1 || o.namespaces > o.n {
+		return fmt.Errorf("-namespaces must be between 1 and -n (%d), not %d", o.n, o.namespaces)
+	}
+	if o.deletes == 0 {
+		o.deletes = o.n
+	}
+	if o.deletes < 0 || o.deletes > o.n {
+		return fmt.Errorf("-delete must be between 1 and -n (%d), or 0 for all, not %d", o.n, o.deletes)
+	}
+	if o.namespace && (o.namespaces > 1 || o.deletes < o.n) {
+		return errors.New("-namespace deletes the one namespace of the targets, and every target with it: leave out -namespaces and -delete")
+	}
+	if o.namespace && !flagSet("contenders") {
+		o.contenders = "peer,operator,operator-all" // nobody would release the raw floor's objects
+	}
+	if o.namespace && strings.Contains(o.contenders, contenderRaw) {
+		return errors.New("-namespace: the raw floor releases its objects itself, one by one; leave it out of -contenders")
+	}
+	if o.step != stepWait && !flagSet("contenders") {
+		o.contenders = contenderOperator + "," + contenderAll // only the operator has http steps
+	}
+	if o.timeout == 0 {
+		// Creating, protecting and deleting run at a few hundred objects/s on 2 cores, the
+		// slowest contender's teardown at under 100/s: 30 ms a target leaves room for both.
+		o.timeout = scaledLimit(o.n, 30*time.Millisecond)
+	}
+	return nil
+}
+
+// scaledLimit is how long n targets may take at perTarget each, and never less than 10 minutes.
+func scaledLimit(n int, perTarget time.Duration) time.Duration {
+	return max(10*time.Minute, time.Duration(n)*perTarget)
 }
 
 // The benchmark policy's steps (-step).
@@ -114,10 +157,13 @@ type result struct {
 	protect, total time.Duration
 	p50, p99       time.Duration
 	writes, reads  float64 // per object
-	rssIdle, peak  int64   // -1: no process (the raw floor)
-	rssRetained    int64   // RSS with n protected objects and every finished run retained
-	cpu            time.Duration
-	machineBusy    float64 // the share of all cores busy during the teardown
+	// RSS of the contender's process (-1: no process, the raw floor): idle (ready to protect,
+	// nothing protected yet), with n protected objects before the deletes, its peak, and with n
+	// protected objects and every finished run retained.
+	rssIdle, rssProtected, peak int64
+	rssRetained                 int64
+	cpu                         time.Duration
+	machineBusy                 float64 // the share of all cores busy during the teardown
 	// CPU used so far by each process, before the first delete and after the last target went.
 	procsBefore, procsAfter processCPU
 }
@@ -157,7 +203,7 @@ func progress(o options, d *deletions, ep *endpoint, start time.Time) (stop func
 				return
 			case <-t.C:
 			}
-			msg := fmt.Sprintf("  ... %s: %d of %d targets gone", time.Since(start).Round(time.Second), countTargets(d.snapshot()), o.n)
+			msg := fmt.Sprintf("  ... %s: %d of %d targets gone", time.Since(start).Round(time.Second), d.count(), o.deletes)
 			if ep != nil {
 				reqs, _ := ep.requests()
 				total := 0
@@ -265,7 +311,13 @@ func forEach(ctx context.Context, n, parallel int, f func(i int) error) error {
 	return <-errs
 }
 
+// waitFor checks cond every 20 ms until it holds, it fails, or limit (0: none) passes.
 func waitFor(ctx context.Context, limit time.Duration, cond func() (bool, error)) error {
+	return waitEvery(ctx, limit, 20*time.Millisecond, cond)
+}
+
+// waitEvery is waitFor checking cond every interval.
+func waitEvery(ctx context.Context, limit, interval time.Duration, cond func() (bool, error)) error {
 	if limit > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, limit)
@@ -282,9 +334,16 @@ func waitFor(ctx context.Context, limit time.Duration, cond func() (bool, error)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(interval):
 		}
 	}
+}
+
+// listEvery is how often the benchmark counts the protected targets while n are being created:
+// a count lists every target (the peer and the raw floor), and at 100,000 of them listing every
+// 20 ms would load the API server the contender shares.
+func listEvery(n int) time.Duration {
+	return max(20*time.Millisecond, time.Duration(n)*20*time.Microsecond)
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {

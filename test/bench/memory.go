@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 )
 
 // protectAgain measures memory with every finished run retained: after the teardown it creates
-// as many new targets again and waits until they are protected, then reads the contender's RSS
-// and its peak over the whole benchmark.
+// as many new targets as it deleted, spread over the namespaces alike, and waits until n are
+// protected again, then reads the contender's RSS and its peak over the whole benchmark.
 func (b *bench) protectAgain(ctx context.Context, r *result) error {
 	if b.proc == nil || b.o.namespace {
 		return nil
@@ -20,12 +18,12 @@ func (b *bench) protectAgain(ctx context.Context, r *result) error {
 	retained := 0
 	if b.contender.policy != nil {
 		var runs v1alpha1.TeardownRunList
-		if err := b.c.List(ctx, &runs, client.InNamespace(b.ns)); err != nil {
+		if err := b.c.List(ctx, &runs); err != nil { // the runs are in the targets' namespaces
 			return err
 		}
 		retained = len(runs.Items)
 	}
-	if err := b.createProtected(ctx, b.o.n); err != nil {
+	if err := b.createProtected(ctx, b.o.n, b.o.deletes); err != nil {
 		return fmt.Errorf("protecting objects again: %w", err)
 	}
 	time.Sleep(2 * time.Second) // let the recount and the caches settle

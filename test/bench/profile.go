@@ -17,6 +17,7 @@ import (
 // --pprof-bind-address.
 type profiler struct {
 	addr, dir string
+	apiFile   string // the API server's profile, named after the contender
 	done      chan error
 	apiserver chan error
 	peakErr   error // taking the heap profile before the deletes
@@ -24,8 +25,9 @@ type profiler struct {
 
 // startProfile takes the operator's heap in use (every target protected, none deleted yet), then
 // begins a CPU profile of d of the operator and of the API server; report collects them.
-func startProfile(ctx context.Context, cs kubernetes.Interface, addr, dir string, d time.Duration) *profiler {
-	p := &profiler{addr: addr, dir: dir, done: make(chan error, 1), apiserver: make(chan error, 1)}
+func startProfile(ctx context.Context, cs kubernetes.Interface, contender, addr, dir string, d time.Duration) *profiler {
+	p := &profiler{addr: addr, dir: dir, apiFile: "bench-apiserver." + contender + ".cpu.pprof",
+		done: make(chan error, 1), apiserver: make(chan error, 1)}
 	if addr != "" {
 		// gc=1: live memory, as after a collection, not what the next one would free.
 		p.peakErr = fetch(ctx, "http://"+addr+"/debug/pprof/heap?gc=1", filepath.Join(dir, "bench-operator.protected-heap.pprof"))
@@ -41,7 +43,7 @@ func startProfile(ctx context.Context, cs kubernetes.Interface, addr, dir string
 		raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", fmt.Sprint(int(d.Seconds()))).
 			Timeout(d + time.Minute).DoRaw(ctx)
 		if err == nil {
-			err = os.WriteFile(filepath.Join(dir, "bench-apiserver.cpu.pprof"), raw, 0o644)
+			err = os.WriteFile(filepath.Join(dir, p.apiFile), raw, 0o644)
 		}
 		p.apiserver <- err
 	}()
@@ -57,7 +59,7 @@ func (p *profiler) report(ctx context.Context) error {
 		return fmt.Errorf("API server CPU profile: %w", err)
 	}
 	views := []struct{ title, file, sample string }{
-		{"the API server's CPU during the teardown (cumulative)", "bench-apiserver.cpu.pprof", ""},
+		{"the API server's CPU during the teardown (cumulative)", p.apiFile, ""},
 	}
 	if p.addr != "" {
 		if p.peakErr != nil {

@@ -3,12 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
-	"runtime"
-	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,7 +32,7 @@ type bench struct {
 	proc       *process
 	ep         *endpoint
 	metrics    string
-	ns         string
+	namespaces []string       // the targets', target i in namespaces[i % len]
 	pprof      string         // the operator's --pprof-bind-address, with -profile
 	pids       map[string]int // the cluster's processes and the contender's, by name
 }
@@ -66,12 +62,19 @@ func runOne(o options, con contender) (*result, error) {
 		return nil, err
 	}
 	defer b.stop()
-	r := &result{contender: con.name, rssIdle: -1, peak: -1, rssRetained: -1}
-	if r.protect, err = b.protect(ctx, steps); err != nil {
+	r := &result{contender: con.name, rssIdle: -1, rssProtected: -1, peak: -1, rssRetained: -1}
+	if err := b.arm(ctx, steps); err != nil {
 		return nil, err
 	}
 	if b.proc != nil {
+		time.Sleep(2 * time.Second) // let its caches fill: its memory ready to protect, protecting nothing
 		r.rssIdle = b.proc.rss()
+	}
+	if r.protect, err = b.protect(ctx); err != nil {
+		return nil, err
+	}
+	if b.proc != nil {
+		r.rssProtected = b.proc.rss()
 	}
 	if err := b.teardown(ctx, r); err != nil {
 		return nil, err
@@ -143,75 +146,43 @@ func (b *bench) stop() {
 	}
 }
 
-// protect creates the targets and waits until the contender protects them all.
-func (b *bench) protect(ctx context.Context, steps []v1alpha1.Step) (time.Duration, error) {
-	b.ns = fmt.Sprintf("bench-%d", time.Now().Unix())
-	if err := b.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: b.ns}}); err != nil {
-		return 0, err
-	}
-	if err := b.contender.arm(ctx, b.c, b.ns, steps); err != nil {
-		return 0, err
-	}
-	fmt.Printf("creating %d ConfigMaps in %s\n", b.o.n, b.ns)
-	start := time.Now()
-	err := b.createProtected(ctx, 0)
-	return time.Since(start), err
-}
-
-// createProtected creates n targets numbered from first, and waits until the contender protects
-// n objects.
-func (b *bench) createProtected(ctx context.Context, first int) error {
-	if err := forEach(ctx, b.o.n, b.o.parallel, func(i int) error {
-		return b.c.Create(ctx, newTarget(b.contender.name, b.ns, first+i))
-	}); err != nil {
-		return fmt.Errorf("creating ConfigMaps: %w", err)
-	}
-	have := 0
-	if err := waitFor(ctx, 10*time.Minute, func() (bool, error) {
-		var err error
-		have, err = b.contender.protected(ctx, b.c, b.ns)
-		return have == b.o.n, err
-	}); err != nil {
-		return fmt.Errorf("waiting for %d protected objects (have %d): %w", b.o.n, have, err)
-	}
-	return nil
-}
-
 // deleteTarget deletes target i; the raw floor then releases it itself.
 func (b *bench) deleteTarget(ctx context.Context, i int) error {
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: b.ns, Name: name(i)}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: b.namespaceOf(i), Name: name(i)}}
 	if err := b.c.Delete(ctx, cm); err != nil || b.contender.name != contenderRaw {
 		return err
 	}
 	return b.c.Patch(ctx, cm, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
 }
 
-// deleteAll deletes every target at once, or their namespace with -namespace, noting when.
+// deleteAll deletes the targets to delete at once, or their namespace with -namespace, noting when.
 func (b *bench) deleteAll(ctx context.Context, deletedAt []time.Time) error {
 	if b.o.namespace {
 		now := time.Now()
 		for i := range deletedAt {
 			deletedAt[i] = now
 		}
-		return b.c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: b.ns}})
+		return b.c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: b.namespaces[0]}})
 	}
-	return forEach(ctx, b.o.n, b.o.parallel, func(i int) error {
+	return forEach(ctx, len(deletedAt), b.o.parallel, func(i int) error {
 		deletedAt[i] = time.Now()
 		return b.deleteTarget(ctx, i)
 	})
 }
 
-// waitNamespaceGone waits until the deleted namespace is gone.
+// waitNamespaceGone waits until the deleted namespace is gone. It looks every 100 ms: its reads
+// count among the contender's.
 func (b *bench) waitNamespaceGone(ctx context.Context) error {
-	return waitFor(ctx, b.o.timeout, func() (bool, error) {
-		err := b.c.Get(ctx, client.ObjectKey{Name: b.ns}, &corev1.Namespace{})
+	return waitEvery(ctx, b.o.timeout, 100*time.Millisecond, func() (bool, error) {
+		err := b.c.Get(ctx, client.ObjectKey{Name: b.namespaces[0]}, &corev1.Namespace{})
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})
 }
 
-// teardown deletes every target at once and measures until the last is gone.
+// teardown deletes the targets to delete at once and measures until the last is gone.
 func (b *bench) teardown(ctx context.Context, r *result) error {
-	gone, err := watchDeletions(ctx, b.c, b.ns, b.o.n)
+	keys := b.keys()
+	gone, err := watchDeletions(ctx, b.c, keys)
 	if err != nil {
 		return err
 	}
@@ -227,23 +198,22 @@ func (b *bench) teardown(ctx context.Context, r *result) error {
 	}
 	var prof *profiler
 	if b.o.profile > 0 {
-		prof = startProfile(ctx, b.cs, b.pprof, filepath.Join(b.o.root, "bin"), b.o.profile)
+		prof = startProfile(ctx, b.cs, b.contender.name, b.pprof, filepath.Join(b.o.root, "bin"), b.o.profile)
 	}
-	deletedAt := make([]time.Time, b.o.n)
+	deletedAt := make([]time.Time, len(keys))
 	busyBefore, totalBefore := machineCPU()
 	procsBefore := sampleCPU(b.processes())
 	start := time.Now()
 	if err := b.deleteAll(ctx, deletedAt); err != nil {
-		diagnose(b.o, b.c, b.ns, gone.snapshot(), b.ep, b.metrics)
+		diagnose(b.c, keys, gone.snapshot(), b.ep, b.metrics)
 		return fmt.Errorf("deleting ConfigMaps: %w", err)
 	}
 	stopProgress := progress(b.o, gone, b.ep, start)
-	goneAt, err := gone.wait(ctx, b.o.n)
+	goneAt, err := gone.wait(ctx, len(keys))
 	stopProgress()
 	if err != nil {
-		snap := gone.snapshot()
-		diagnose(b.o, b.c, b.ns, snap, b.ep, b.metrics)
-		return fmt.Errorf("waiting for %d targets to be gone (%d seen gone): %w", b.o.n, countTargets(snap), err)
+		diagnose(b.c, keys, goneAt, b.ep, b.metrics)
+		return fmt.Errorf("waiting for %d targets to be gone (%d seen gone): %w", len(keys), len(goneAt), err)
 	}
 	gone.stop() // every target is gone: nothing more to watch for
 	if b.o.namespace {
@@ -266,93 +236,4 @@ func (b *bench) teardown(ctx context.Context, r *result) error {
 		return prof.report(ctx)
 	}
 	return nil
-}
-
-// measure reads the API server's counters and prints the contender's figures.
-func (b *bench) measure(ctx context.Context, r *result, before map[string]int, deletedAt []time.Time, goneAt map[string]time.Time) error {
-	// Let the last writes (run finalizers, policy status) land before counting.
-	time.Sleep(3 * time.Second)
-	after, err := writeCounts(ctx, b.cs)
-	if err != nil {
-		return err
-	}
-	var lat []time.Duration
-	for i := range b.o.n {
-		lat = append(lat, goneAt[name(i)].Sub(deletedAt[i]))
-	}
-	slices.Sort(lat)
-	r.p50, r.p99 = pct(lat, 50), pct(lat, 99)
-	writes := diff(after, before)
-	if !b.o.namespace {
-		writes["DELETE configmaps"] -= b.o.n // the benchmark's own deletes
-	}
-	if b.contender.name == contenderRaw {
-		writes["PATCH configmaps"] -= b.o.n // the floor's own releases: the benchmark's too
-	}
-	var opWrites, opReads int
-	for k, v := range writes {
-		if strings.HasPrefix(k, timeKey) {
-			continue
-		}
-		if strings.HasPrefix(k, "read ") {
-			opReads += v
-		} else {
-			opWrites += v
-		}
-	}
-	r.writes, r.reads = float64(opWrites)/float64(b.o.n), float64(opReads)/float64(b.o.n)
-	if b.proc != nil {
-		r.peak = b.proc.peak()
-	}
-	b.print(r, lat, writes)
-	if b.o.step != stepWait {
-		return httpReport(ctx, b.o, b.ep, b.metrics, b.proc.log.Name(), deletedAt, goneAt)
-	}
-	return nil
-}
-
-func (b *bench) print(r *result, lat []time.Duration, writes map[string]int) {
-	switch {
-	case b.o.step == stepHTTP:
-		fmt.Printf("\nteardown benchmark, %s: %d targets, one http step (POST to a local server answering after %s), operator defaults + --http-allowed-destinations\n", r.contender, b.o.n, b.o.httpDelay)
-	case b.o.step == stepPipeline:
-		fmt.Printf("\nteardown benchmark, %s: %d targets, three steps (wait 0s, http POST to a local server answering after %s, wait 0s), operator defaults + --http-allowed-destinations\n", r.contender, b.o.n, b.o.httpDelay)
-	default:
-		fmt.Printf("\nteardown benchmark, %s: %d targets, one wait step (duration 0), defaults\n", r.contender, b.o.n)
-	}
-	fmt.Printf("  protect %d new objects (create to finalizer):  %s\n", b.o.n, r.protect.Round(time.Millisecond))
-	fmt.Printf("  first delete to last target gone:            %s  (%.0f targets/s)\n", r.total.Round(time.Millisecond), float64(b.o.n)/r.total.Seconds())
-	fmt.Printf("  delete-to-gone latency p50 / p90 / p99 / max: %s / %s / %s / %s\n",
-		r.p50, pct(lat, 90), r.p99, lat[len(lat)-1].Round(time.Millisecond))
-	fmt.Printf("  API writes during teardown, per target:      %.2f  (all clients but the benchmark's deletes)\n", r.writes)
-	fmt.Printf("  API reads (GET, LIST) per target:            %.2f\n", r.reads)
-	for _, k := range slices.Sorted(maps.Keys(writes)) {
-		if writes[k] > 0 && !strings.HasPrefix(k, timeKey) {
-			fmt.Printf("      %-40s %7d  (%.2f per target, API server time %.1f ms each)\n", k, writes[k],
-				float64(writes[k])/float64(b.o.n), float64(writes[timeKey+k])/1e3/float64(writes[k]))
-		}
-	}
-	if b.proc != nil {
-		fmt.Printf("  memory: RSS before deletes %s, peak RSS (VmHWM) %s\n", mib(r.rssIdle), mib(r.peak))
-		fmt.Printf("  CPU during teardown: %.1f s (of %.1f s wall, on %d cores shared with the control plane)\n",
-			r.cpu.Seconds(), r.total.Seconds(), runtime.NumCPU())
-	}
-	if r.machineBusy > 0 {
-		fmt.Printf("  machine CPU busy during teardown (every process): %.0f%%\n", 100*r.machineBusy)
-	}
-	if len(r.procsAfter) > 0 {
-		printPerObject(r.procsBefore, r.procsAfter, b.o.n)
-	}
-}
-
-// reportRestarts says when the deletion watch had to be resumed.
-func reportRestarts(gone *deletions, start time.Time) {
-	restarts, inferred := gone.resumed()
-	if len(restarts) == 0 {
-		return
-	}
-	fmt.Printf("note: the deletion watch was closed %d times and resumed; %d deletions were found by a re-list (timed at the re-list):\n", len(restarts), inferred)
-	for _, r := range restarts {
-		fmt.Printf("      %s (%s after the first delete)\n", r.text, r.at.Sub(start).Round(time.Millisecond))
-	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,11 +13,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// deletions records when each object of a namespace is seen deleted. The API server may close
-// a watch at any time (it does close slow watchers during a burst of deletions): the watch is
-// then resumed from the last resourceVersion seen, or, when that is too old, the namespace is
-// listed again and the targets missing from the list are taken as gone at that time.
+// deletions records when each target, in any namespace, is seen deleted, by namespace/name. The
+// API server may close a watch at any time (it does close slow watchers during a burst of
+// deletions): the watch is then resumed from the last resourceVersion seen, or, when that is too
+// old, the targets are listed again and those to be deleted that are missing from the list are
+// taken as gone at that time.
 type deletions struct {
+	keys     []string // the targets to be deleted, for re-lists
 	mu       sync.Mutex
 	goneAt   map[string]time.Time
 	cancel   context.CancelFunc
@@ -33,22 +34,37 @@ type restart struct {
 	text string
 }
 
+// targetLabels select the benchmark's targets, in every namespace.
+var targetLabels = client.MatchingLabels{"app": "bench"}
+
 func configMapList() *metav1.PartialObjectMetadataList {
 	return &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMapList"}}
 }
 
-// watchDeletions starts watching the namespace; n is the number of targets, for re-lists. The
+// objectKey is how the benchmark names a target: namespace/name.
+func objectKey(ns, name string) string { return ns + "/" + name }
+
+// watchDeletions starts watching the targets; keys are those to be deleted, for re-lists. The
 // watch goes on, resumed whenever the API server closes it, until stop is called or ctx ends.
-func watchDeletions(ctx context.Context, c client.WithWatch, ns string, n int) (*deletions, error) {
+func watchDeletions(ctx context.Context, c client.WithWatch, keys []string) (*deletions, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	w, err := c.Watch(ctx, configMapList(), client.InNamespace(ns))
+	w, err := watchTargets(ctx, c, "")
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	d := &deletions{goneAt: map[string]time.Time{}, cancel: cancel, done: make(chan struct{})}
-	go d.follow(ctx, c, ns, n, w)
+	d := &deletions{keys: keys, goneAt: map[string]time.Time{}, cancel: cancel, done: make(chan struct{})}
+	go d.follow(ctx, c, w)
 	return d, nil
+}
+
+// watchTargets watches the targets from resourceVersion rv ("": from now).
+func watchTargets(ctx context.Context, c client.WithWatch, rv string) (watch.Interface, error) {
+	opts := []client.ListOption{targetLabels}
+	if rv != "" {
+		opts = append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
+	}
+	return c.Watch(ctx, configMapList(), opts...)
 }
 
 // stop ends the watch and returns once it has ended. It must be called before the API server
@@ -59,7 +75,7 @@ func (d *deletions) stop() {
 	<-d.done
 }
 
-func (d *deletions) follow(ctx context.Context, c client.WithWatch, ns string, n int, w watch.Interface) {
+func (d *deletions) follow(ctx context.Context, c client.WithWatch, w watch.Interface) {
 	defer close(d.done)
 	rv := ""
 	for {
@@ -79,15 +95,13 @@ func (d *deletions) follow(ctx context.Context, c client.WithWatch, ns string, n
 			)
 			if rv != "" && !apierrors.IsResourceExpired(lastErr) && !apierrors.IsGone(lastErr) {
 				how = "resumed at resourceVersion " + rv
-				w, err = c.Watch(ctx, configMapList(), client.InNamespace(ns),
-					&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
+				w, err = watchTargets(ctx, c, rv)
 			} else {
 				var found int
-				found, rv, err = d.relist(ctx, c, ns, n)
+				found, rv, err = d.relist(ctx, c)
 				how = fmt.Sprintf("re-listed (%d deletions found), resumed at resourceVersion %s", found, rv)
 				if err == nil {
-					w, err = c.Watch(ctx, configMapList(), client.InNamespace(ns),
-						&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true}})
+					w, err = watchTargets(ctx, c, rv)
 				}
 			}
 			if ctx.Err() != nil {
@@ -141,29 +155,29 @@ func (d *deletions) drain(ctx context.Context, w watch.Interface, rv *string) (l
 		}
 		if ev.Type == watch.Deleted {
 			d.mu.Lock()
-			d.goneAt[m.Name] = time.Now()
+			d.goneAt[objectKey(m.Namespace, m.Name)] = time.Now()
 			d.mu.Unlock()
 		}
 		*rv = m.ResourceVersion
 	}
 }
 
-// relist lists the namespace and records the targets missing from it as gone now.
-func (d *deletions) relist(ctx context.Context, c client.Client, ns string, n int) (int, string, error) {
+// relist lists the targets and records those to be deleted that are missing as gone now.
+func (d *deletions) relist(ctx context.Context, c client.Client) (int, string, error) {
 	list := configMapList()
-	if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+	if err := c.List(ctx, list, targetLabels); err != nil {
 		return 0, "", err
 	}
 	present := map[string]bool{}
 	for _, m := range list.Items {
-		present[m.Name] = true
+		present[objectKey(m.Namespace, m.Name)] = true
 	}
 	now := time.Now()
 	found := 0
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for i := range n {
-		if k := name(i); !present[k] {
+	for _, k := range d.keys {
+		if !present[k] {
 			if _, seen := d.goneAt[k]; !seen {
 				d.goneAt[k] = now
 				found++
@@ -185,19 +199,16 @@ func (d *deletions) snapshot() map[string]time.Time {
 	return out
 }
 
+// count returns how many targets are gone so far.
+func (d *deletions) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.goneAt)
+}
+
 // wait returns when n targets are gone.
 func (d *deletions) wait(ctx context.Context, n int) (map[string]time.Time, error) {
-	err := waitFor(ctx, 0, func() (bool, error) {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		count := 0
-		for k := range d.goneAt {
-			if strings.HasPrefix(k, "target-") {
-				count++
-			}
-		}
-		return count >= n, nil
-	})
+	err := waitFor(ctx, 0, func() (bool, error) { return d.count() >= n, nil })
 	return d.snapshot(), err
 }
 

@@ -57,17 +57,28 @@ func meta(name, rv string) *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: rv}}
 }
 
+// testKeys are the keys of n targets in namespace ns.
+func testKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = objectKey("ns", name(i))
+	}
+	return keys
+}
+
 func TestDeletionsSurviveClosedWatches(t *testing.T) {
 	scheme := k8sruntime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
-	// Only target-00003 is still there when the namespace is listed again.
+	// Only target-00003 is still there when the targets are listed again; the other ConfigMap is
+	// not a target.
 	base := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name(3)}}).Build()
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name(3), Labels: targetLabels}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "kube-root-ca.crt"}}).Build()
 	ws := []*watch.FakeWatcher{watch.NewFake(), watch.NewFake(), watch.NewFake()}
 	c := &scriptedWatches{WithWatch: base, watchers: append([]*watch.FakeWatcher(nil), ws...)}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d, err := watchDeletions(ctx, c, "ns", 4)
+	d, err := watchDeletions(ctx, c, testKeys(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +115,7 @@ func TestDeletionsStopBeforeTheAPIServerGoes(t *testing.T) {
 	c := &scriptedWatches{watchers: []*watch.FakeWatcher{w}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d, err := watchDeletions(ctx, c, "ns", 1)
+	d, err := watchDeletions(ctx, c, testKeys(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +150,7 @@ func TestDeletionsStopWhileResuming(t *testing.T) {
 	c := &scriptedWatches{watchers: []*watch.FakeWatcher{w}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d, err := watchDeletions(ctx, c, "ns", 1)
+	d, err := watchDeletions(ctx, c, testKeys(1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,10 +100,13 @@ func (b *bench) recordedRun(ctx context.Context) (*v1alpha1.TeardownRun, error) 
 		return nil, err
 	}
 	defer b.stop()
-	saved := b.o.n
-	b.o.n = 1
-	defer func() { b.o.n = saved }()
-	if _, err := b.protect(ctx, steps); err != nil {
+	saved := b.o
+	b.o.n, b.o.namespaces, b.o.deletes = 1, 1, 1
+	defer func() { b.o = saved }()
+	if err := b.arm(ctx, steps); err != nil {
+		return nil, err
+	}
+	if _, err := b.protect(ctx); err != nil {
 		return nil, err
 	}
 	if err := b.deleteTarget(ctx, 0); err != nil {
@@ -111,7 +114,7 @@ func (b *bench) recordedRun(ctx context.Context) (*v1alpha1.TeardownRun, error) 
 	}
 	runs := &v1alpha1.TeardownRunList{}
 	if err := waitFor(ctx, time.Minute, func() (bool, error) {
-		return len(runs.Items) == 1, b.c.List(ctx, runs, client.InNamespace(b.ns))
+		return len(runs.Items) == 1, b.c.List(ctx, runs, client.InNamespace(b.namespaces[0]))
 	}); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+)
+
+// namespaceOf is target i's namespace: the targets are dealt to the namespaces in turn, so that
+// the first m of them are spread over all the namespaces evenly.
+func (b *bench) namespaceOf(i int) string { return b.namespaces[i%len(b.namespaces)] }
+
+// key is target i's namespace/name, as the deletion watch records it.
+func (b *bench) key(i int) string { return objectKey(b.namespaceOf(i), name(i)) }
+
+// keys are the keys of the targets the teardown deletes: the first -delete.
+func (b *bench) keys() []string {
+	keys := make([]string, b.o.deletes)
+	for i := range keys {
+		keys[i] = b.key(i)
+	}
+	return keys
+}
+
+// describeTargets says how many targets there are, where, and how many the teardown deletes.
+func describeTargets(o options) string {
+	s := fmt.Sprintf("%d targets", o.n)
+	if o.namespaces > 1 {
+		s += fmt.Sprintf(" in %d namespaces", o.namespaces)
+	}
+	if o.deletes < o.n {
+		s += fmt.Sprintf(", %d of them deleted (teardown figures per deleted target)", o.deletes)
+	}
+	return s
+}
+
+// arm creates the targets' namespaces, has the contender protect their targets, and waits until
+// it is ready to, so that neither its start nor its policy's is timed as protecting.
+func (b *bench) arm(ctx context.Context, steps []v1alpha1.Step) error {
+	if err := b.makeNamespaces(ctx); err != nil {
+		return err
+	}
+	if err := b.contender.arm(ctx, b.c, b.namespaces, steps); err != nil {
+		return err
+	}
+	if b.contender.ready == nil {
+		return nil
+	}
+	if err := waitFor(ctx, time.Minute, func() (bool, error) { return b.contender.ready(ctx, b.c, b.namespaces) }); err != nil {
+		return fmt.Errorf("waiting for the policy to be Ready: %w", err)
+	}
+	return nil
+}
+
+// makeNamespaces creates the targets' namespaces: one, bench-<time>, or -namespaces of them,
+// bench-<time>-<k>.
+func (b *bench) makeNamespaces(ctx context.Context) error {
+	base := fmt.Sprintf("bench-%d", time.Now().Unix())
+	b.namespaces = []string{base}
+	if b.o.namespaces > 1 {
+		b.namespaces = make([]string, b.o.namespaces)
+		for k := range b.namespaces {
+			b.namespaces[k] = fmt.Sprintf("%s-%d", base, k)
+		}
+	}
+	for _, ns := range b.namespaces {
+		if err := b.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: benchNamespace}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// protect creates the targets and waits until the contender protects them all.
+func (b *bench) protect(ctx context.Context) (time.Duration, error) {
+	where := b.namespaces[0]
+	if len(b.namespaces) > 1 {
+		where = fmt.Sprintf("%d namespaces (%s to %s)", len(b.namespaces), where, b.namespaces[len(b.namespaces)-1])
+	}
+	fmt.Printf("creating %d ConfigMaps in %s\n", b.o.n, where)
+	start := time.Now()
+	err := b.createProtected(ctx, 0, b.o.n)
+	return time.Since(start), err
+}
+
+// createProtected creates count targets numbered from first, and waits until the contender
+// protects n objects in all.
+func (b *bench) createProtected(ctx context.Context, first, count int) error {
+	if err := forEach(ctx, count, b.o.parallel, func(i int) error {
+		return b.c.Create(ctx, newTarget(b.contender.name, b.namespaceOf(first+i), first+i))
+	}); err != nil {
+		return fmt.Errorf("creating ConfigMaps: %w", err)
+	}
+	have := 0
+	// 10 ms a target, 10 minutes at least: contenders protect a few hundred targets a second on
+	// 2 cores, most of them while they are being created.
+	if err := waitEvery(ctx, scaledLimit(b.o.n, 10*time.Millisecond), listEvery(b.o.n), func() (bool, error) {
+		var err error
+		have, err = b.contender.protected(ctx, b.c, b.namespaces)
+		return have == b.o.n, err
+	}); err != nil {
+		return fmt.Errorf("waiting for %d protected objects (have %d): %w", b.o.n, have, err)
+	}
+	return nil
+}
