@@ -32,3 +32,28 @@ func TestAuditLineNeverSampled(t *testing.T) {
 		}
 	}
 }
+
+// TestLoggerValuesChained: values added by chained WithValues (as controller-runtime adds them on
+// every reconcile) are written, in order, with each line of either core, and not with a line of
+// a parent logger.
+func TestLoggerValuesChained(t *testing.T) {
+	var out bytes.Buffer
+	base := newLogger(zap.Options{DestWriter: &out})
+	child := base.WithValues("controller", "target").WithValues("reconcileID", "r-1")
+	child.V(1).Info("not written: below the level")
+	child.Info("teardown started")
+	child.Info(engine.AuditMessage, "phase", "Succeeded")
+	base.Info("parent")
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want 3 lines, got %d:\n%s", len(lines), out.String())
+	}
+	for _, line := range lines[:2] {
+		if !strings.Contains(line, `"controller":"target","reconcileID":"r-1"`) {
+			t.Errorf("line lost the logger's values: %s", line)
+		}
+	}
+	if strings.Contains(lines[2], "reconcileID") {
+		t.Errorf("the parent logger's line has its child's values: %s", lines[2])
+	}
+}
