@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,6 +37,9 @@ type finalizerWriter struct {
 	metadata metadata.Interface
 	reader   client.Reader
 	watches  *watch.Manager
+	// noStrategic holds the built-in kinds the API server refused a strategic merge patch of
+	// (an aggregated API, say): their finalizers are removed by JSON patch.
+	noStrategic sync.Map
 }
 
 // patch patches the metadata of one object and returns its new resourceVersion. A watched kind
@@ -101,11 +106,12 @@ func requeueConflicts[T comparable](r reconcile.TypedReconciler[T]) reconcile.Ty
 // past it the caller's reconcile is requeued.
 const maxConflictRetries = 5
 
-// remove removes one finalizer from an object. The JSON patch tests the object's UID and
-// the finalizer's exact position before removing it, so it can never take out another writer's
-// finalizer or touch a new object of the same name, and it needs no resourceVersion: unrelated
-// updates do not make it fail. It starts from the watch cache's copy and reads the API server only
-// when that copy is missing or the position moved. It reports whether the object still exists.
+// remove removes one finalizer from an object. The patch (patchOut) carries the object's UID and
+// removes that finalizer alone, so it can never take out another writer's finalizer or touch a new
+// object of the same name, and it needs no resourceVersion: unrelated updates do not make it fail.
+// It starts from the watch cache's copy and reads the API server only when that copy is missing,
+// or the patch failed its preconditions (another UID, or a JSON patch's position moved). It
+// reports whether the object still exists.
 func (f *finalizerWriter) remove(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string, uid types.UID, finalizer string) (bool, error) {
 	obj, fromCache := f.watches.Get(gvk, namespace, name)
 	for range maxConflictRetries {
@@ -147,6 +153,13 @@ func (f *finalizerWriter) patchOut(ctx context.Context, gvk schema.GroupVersionK
 	if i < 0 {
 		return "", nil
 	}
+	if f.strategic(gvk) {
+		rv, err := f.strategicOut(ctx, gvk, obj, finalizer)
+		if !apierrors.IsUnsupportedMediaType(err) {
+			return rv, err
+		}
+		f.noStrategic.Store(gvk, true)
+	}
 	ops := []map[string]any{
 		{"op": "test", "path": "/metadata/uid", "value": obj.UID},
 		{"op": "test", "path": fmt.Sprintf("/metadata/finalizers/%d", i), "value": finalizer},
@@ -157,4 +170,27 @@ func (f *finalizerWriter) patchOut(ctx context.Context, gvk schema.GroupVersionK
 		return "", err
 	}
 	return f.patch(ctx, gvk, obj.Namespace, obj.Name, types.JSONPatchType, data)
+}
+
+// strategic reports whether the finalizers of kind gvk are removed by strategic merge patch: a
+// kind the API server itself serves (custom resources take none).
+func (f *finalizerWriter) strategic(gvk schema.GroupVersionKind) bool {
+	_, refused := f.noStrategic.Load(gvk)
+	return !refused && clientgoscheme.Scheme.Recognizes(gvk)
+}
+
+// strategicOut removes finalizer by value, wherever it is in the list, with a strategic merge
+// patch. It costs the API server less than the JSON patch (measured in a teardown: the JSON patch
+// encodes the stored object to JSON and decodes it back), and needs no position: others' changes to
+// the list do not make it fail. The UID it carries is a precondition: the API server refuses a
+// patch that would change it (422, as a failed JSON patch test), so a new object of the same name
+// is never touched.
+func (f *finalizerWriter) strategicOut(ctx context.Context, gvk schema.GroupVersionKind, obj *metav1.PartialObjectMetadata, finalizer string) (string, error) {
+	data, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"uid": obj.UID, "$deleteFromPrimitiveList/finalizers": []string{finalizer},
+	}})
+	if err != nil {
+		return "", err
+	}
+	return f.patch(ctx, gvk, obj.Namespace, obj.Name, types.StrategicMergePatchType, data)
 }

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
@@ -245,3 +246,58 @@ func countReason(reasons []string, reason string) int {
 	}
 	return n
 }
+
+var _ = Describe("Releasing a finalizer", func() {
+	ctx := context.Background()
+
+	It("leaves a new object of the same name alone when the run of the old one ends", func() {
+		ns := newNamespace(ctx)
+		p := namespacedPolicy(ns, "reborn", waitStep("hold", 3*time.Second))
+		old := protect(ctx, p, "reborn")
+		Expect(k8s.Delete(ctx, old)).To(Succeed())
+		Eventually(runPhase(ctx, old), 5*time.Second).Should(Equal(v1alpha1.RunRunning))
+		By("someone lets the old object go by hand, and a new one of that name is made and protected")
+		update(ctx, old, func(c *corev1.ConfigMap) { c.Finalizers = nil })
+		Eventually(gone(ctx, old), 5*time.Second).Should(BeTrue())
+		reborn := configMap(ns, "reborn", map[string]string{"app": p.Name})
+		Expect(k8s.Create(ctx, reborn)).To(Succeed())
+		Eventually(finalizers(ctx, reborn), 10*time.Second).Should(ContainElement(finalizerOf(p)))
+		By("the old run ends; the new object keeps its finalizer")
+		Eventually(func() v1alpha1.RunPhase {
+			var runs v1alpha1.TeardownRunList
+			Expect(k8s.List(ctx, &runs, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LabelTargetUID: string(old.UID)})).To(Succeed())
+			if len(runs.Items) != 1 {
+				return ""
+			}
+			return runs.Items[0].Status.Phase
+		}, 15*time.Second).Should(BeElementOf(v1alpha1.RunSucceeded, v1alpha1.RunAbandoned))
+		Consistently(finalizers(ctx, reborn), 2*time.Second).Should(ContainElement(finalizerOf(p)))
+	})
+
+	// The engine removes a finalizer from an object of a built-in kind with a strategic merge
+	// patch that carries the object's UID (engine/finalizer_writer.go, strategicOut): this is the
+	// API server's side of that contract.
+	It("by strategic merge patch removes that finalizer alone, only from the object of that UID, and is refused for a custom kind", func() {
+		ns := newNamespace(ctx)
+		cm := configMap(ns, "held", nil)
+		cm.Finalizers = []string{"a.example.com/first", "ours.example.com/f", "b.example.com/last"}
+		Expect(k8s.Create(ctx, cm)).To(Succeed())
+		Expect(k8s.Delete(ctx, cm)).To(Succeed())
+		smp := func(uid types.UID) client.Patch {
+			body := fmt.Sprintf(`{"metadata":{"uid":%q,"$deleteFromPrimitiveList/finalizers":["ours.example.com/f"]}}`, uid)
+			return client.RawPatch(types.StrategicMergePatchType, []byte(body))
+		}
+		err := k8s.Patch(ctx, cm.DeepCopy(), smp("00000000-0000-4000-8000-000000000000"))
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "another UID is refused: %v", err)
+		Expect(finalizers(ctx, cm)()).To(Equal(cm.Finalizers))
+		Expect(k8s.Patch(ctx, cm.DeepCopy(), smp(cm.UID))).To(Succeed())
+		Expect(finalizers(ctx, cm)()).To(Equal([]string{"a.example.com/first", "b.example.com/last"}))
+		Expect(k8s.Patch(ctx, cm.DeepCopy(), smp(cm.UID))).To(Succeed(), "removing it again changes nothing")
+
+		p := namespacedPolicy(ns, "custom", waitStep("a", 0))
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		err = k8s.Patch(ctx, p.DeepCopy(), smp(p.UID))
+		Expect(apierrors.IsUnsupportedMediaType(err)).To(BeTrue(), "a custom kind takes no strategic merge patch: %v", err)
+		update(ctx, cm, func(c *corev1.ConfigMap) { c.Finalizers = nil })
+	})
+})
