@@ -14,7 +14,8 @@
 // -namespace deletes the namespace instead of each object; -profile takes CPU profiles.
 // -namespaces K spreads the targets over K namespaces, which the operator then protects with one
 // ClusterTeardownPolicy; -delete M deletes only M of them (spread over the namespaces) and measures
-// the teardown of those M. -timeout grows with N unless set.
+// the teardown of those M. -timeout grows with N unless set. -rounds R runs the contenders R times,
+// every other round in reverse order, and prints the medians of their ratios to the peer.
 //
 //	go run ./test/bench -n 1000
 //	go run ./test/bench -n 1000 -step pipeline
@@ -57,6 +58,7 @@ type options struct {
 	writeCost   bool
 	namespaces  int // how many namespaces the targets are spread over
 	deletes     int // how many targets the teardown deletes (-delete, 0 resolved to n)
+	rounds      int // how many times each contender runs, in alternating order
 }
 
 func main() {
@@ -81,6 +83,7 @@ func parseFlags() options {
 	flag.IntVar(&o.n, "n", 1000, "targets to protect and delete")
 	flag.IntVar(&o.namespaces, "namespaces", 1, "spread the targets over this many namespaces (target i in the (i mod K)-th); above 1 the operator protects them with one ClusterTeardownPolicy")
 	flag.IntVar(&o.deletes, "delete", 0, "delete only this many of the targets, spread over the namespaces, and measure their teardown (0: all)")
+	flag.IntVar(&o.rounds, "rounds", 1, "run the contenders this many times, every other round in reverse order, and print the medians of their ratios to the peer")
 	flag.IntVar(&o.parallel, "parallel", 32, "concurrent create and delete requests from the benchmark")
 	flag.StringVar(&o.root, "root", ".", "repository root")
 	flag.StringVar(&o.cluster, "cluster", "teardown-bench", "kwok cluster name")
@@ -108,6 +111,9 @@ func (o *options) resolve() error {
 	}
 	if o.deletes == 0 {
 		o.deletes = o.n
+	}
+	if o.rounds < 1 {
+		return fmt.Errorf("-rounds must be 1 or more, not %d", o.rounds)
 	}
 	if o.deletes < 0 || o.deletes > o.n {
 		return fmt.Errorf("-delete must be between 1 and -n (%d), or 0 for all, not %d", o.n, o.deletes)
@@ -169,21 +175,35 @@ type result struct {
 }
 
 func run(o options) error {
-	var results []result
-	for _, name := range strings.Split(o.contenders, ",") {
-		c, ok := contenders()[strings.TrimSpace(name)]
-		if !ok {
-			return fmt.Errorf("-contenders: no contender %q (raw, peer, operator, operator-all)", name)
-		}
-		fmt.Printf("\n=== %s ===\n", c.name)
-		r, err := runOne(o, c)
-		if err != nil {
-			return fmt.Errorf("%s: %w", c.name, err)
-		}
-		results = append(results, *r)
+	cs, err := lineup(o)
+	if err != nil {
+		return err
 	}
-	if len(results) > 1 {
-		compare(o, results)
+	var rounds [][]result
+	for k := range o.rounds {
+		if o.rounds > 1 {
+			fmt.Printf("\n##### round %d of %d\n", k+1, o.rounds)
+		}
+		byName := map[string]result{}
+		for _, c := range orderOf(cs, k) {
+			fmt.Printf("\n=== %s ===\n", c.name)
+			r, err := runOne(o, c)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			byName[c.name] = *r
+		}
+		var results []result // in -contenders order, whatever order they ran in
+		for _, c := range cs {
+			results = append(results, byName[c.name])
+		}
+		if len(results) > 1 {
+			compare(o, results)
+		}
+		rounds = append(rounds, results)
+	}
+	if o.rounds > 1 && len(cs) > 1 {
+		summarize(o, rounds)
 	}
 	return nil
 }

@@ -116,12 +116,7 @@ func reportRestarts(gone *deletions, start time.Time) {
 
 // compare prints each contender's figures and their ratio to the hand-written controller's.
 func compare(o options, results []result) {
-	var peer *result
-	for i := range results {
-		if results[i].contender == contenderPeer {
-			peer = &results[i]
-		}
-	}
+	peer := peerOf(results)
 	ratio := func(v float64, of func(result) float64) string {
 		if peer == nil {
 			return "      "

@@ -10,7 +10,7 @@ import (
 )
 
 func TestResolve(t *testing.T) {
-	base := options{n: 1000, namespaces: 1, step: stepWait}
+	base := options{n: 1000, namespaces: 1, rounds: 1, step: stepWait}
 	with := func(f func(*options)) options { o := base; f(&o); return o }
 	for _, tc := range []struct {
 		name    string
@@ -27,6 +27,7 @@ func TestResolve(t *testing.T) {
 		{name: "more deletes than targets", o: with(func(o *options) { o.deletes = 1001 }), err: true},
 		{name: "namespace deletion over several", o: with(func(o *options) { o.namespace, o.namespaces = true, 4 }), err: true},
 		{name: "namespace deletion of some", o: with(func(o *options) { o.namespace, o.deletes = true, 10 }), err: true},
+		{name: "no round", o: with(func(o *options) { o.rounds = 0 }), err: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.o
@@ -71,5 +72,33 @@ func TestOperatorPolicy(t *testing.T) {
 	}
 	if !reflect.DeepEqual(cp.Spec.TeardownPolicySpec, np.Spec) || cp.Spec.NamespaceSelector == nil {
 		t.Errorf("cluster policy spec %+v, want %+v and a namespaceSelector", cp.Spec, np.Spec)
+	}
+}
+
+// Every other round runs the contenders in reverse, and the medians are taken over the rounds.
+func TestRounds(t *testing.T) {
+	cs := []contender{{name: "peer"}, {name: "operator"}, {name: "operator-all"}}
+	names := func(cs []contender) (out []string) {
+		for _, c := range cs {
+			out = append(out, c.name)
+		}
+		return out
+	}
+	if got := names(orderOf(cs, 0)); !reflect.DeepEqual(got, []string{"peer", "operator", "operator-all"}) {
+		t.Errorf("round 1 runs %q", got)
+	}
+	if got := names(orderOf(cs, 1)); !reflect.DeepEqual(got, []string{"operator-all", "operator", "peer"}) {
+		t.Errorf("round 2 runs %q", got)
+	}
+	if names(cs)[0] != "peer" {
+		t.Error("orderOf reordered the lineup itself")
+	}
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{{[]float64{0.9, 1.1, 0.7}, 0.9}, {[]float64{1, 3}, 2}, {nil, 0}} {
+		if got := median(tc.in); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
 	}
 }
