@@ -42,7 +42,7 @@ func diagnoseTargets(ctx context.Context, w io.Writer, c client.Client, keys []s
 	} else {
 		left := 0
 		for _, cm := range cms.Items {
-			if !deleted[objectKey(cm.Namespace, cm.Name)] {
+			if !deleted[client.ObjectKeyFromObject(&cm).String()] {
 				continue
 			}
 			left++

@@ -20,14 +20,14 @@ func (r result) armRate(o options) float64 { return float64(o.n) / r.protect.Sec
 func (r result) rssPerObject(o options) int64 { return (r.rssProtected - r.rssIdle) / int64(o.n) }
 
 // measure reads the API server's counters and prints the contender's figures.
-func (b *bench) measure(ctx context.Context, r *result, before map[string]int, deletedAt []time.Time, goneAt map[string]time.Time) error {
+// keys are the deleted targets' (b.keys), deletedAt when each was deleted.
+func (b *bench) measure(ctx context.Context, r *result, before map[string]int, keys []string, deletedAt []time.Time, goneAt map[string]time.Time) error {
 	// Let the last writes (run finalizers, policy status) land before counting.
 	time.Sleep(3 * time.Second)
 	after, err := writeCounts(ctx, b.cs)
 	if err != nil {
 		return err
 	}
-	keys := b.keys()
 	var lat []time.Duration
 	for i, k := range keys {
 		lat = append(lat, goneAt[k].Sub(deletedAt[i]))

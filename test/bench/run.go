@@ -229,7 +229,7 @@ func (b *bench) teardown(ctx context.Context, r *result) error {
 	if b.proc != nil {
 		r.cpu = b.proc.cpu() - cpuBefore
 	}
-	if err := b.measure(ctx, r, before, deletedAt, goneAt); err != nil {
+	if err := b.measure(ctx, r, before, keys, deletedAt, goneAt); err != nil {
 		return err
 	}
 	if prof != nil {

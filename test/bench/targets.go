@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 )
@@ -16,7 +17,9 @@ import (
 func (b *bench) namespaceOf(i int) string { return b.namespaces[i%len(b.namespaces)] }
 
 // key is target i's namespace/name, as the deletion watch records it.
-func (b *bench) key(i int) string { return objectKey(b.namespaceOf(i), name(i)) }
+func (b *bench) key(i int) string {
+	return types.NamespacedName{Namespace: b.namespaceOf(i), Name: name(i)}.String()
+}
 
 // keys are the keys of the targets the teardown deletes: the first -delete.
 func (b *bench) keys() []string {

@@ -42,8 +42,6 @@ func configMapList() *metav1.PartialObjectMetadataList {
 }
 
 // objectKey is how the benchmark names a target: namespace/name.
-func objectKey(ns, name string) string { return ns + "/" + name }
-
 // watchDeletions starts watching the targets; keys are those to be deleted, for re-lists. The
 // watch goes on, resumed whenever the API server closes it, until stop is called or ctx ends.
 func watchDeletions(ctx context.Context, c client.WithWatch, keys []string) (*deletions, error) {
@@ -155,7 +153,7 @@ func (d *deletions) drain(ctx context.Context, w watch.Interface, rv *string) (l
 		}
 		if ev.Type == watch.Deleted {
 			d.mu.Lock()
-			d.goneAt[objectKey(m.Namespace, m.Name)] = time.Now()
+			d.goneAt[client.ObjectKeyFromObject(m).String()] = time.Now()
 			d.mu.Unlock()
 		}
 		*rv = m.ResourceVersion
@@ -170,7 +168,7 @@ func (d *deletions) relist(ctx context.Context, c client.Client) (int, string, e
 	}
 	present := map[string]bool{}
 	for _, m := range list.Items {
-		present[objectKey(m.Namespace, m.Name)] = true
+		present[client.ObjectKeyFromObject(&m).String()] = true
 	}
 	now := time.Now()
 	found := 0

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -61,7 +62,7 @@ func meta(name, rv string) *metav1.PartialObjectMetadata {
 func testKeys(n int) []string {
 	keys := make([]string, n)
 	for i := range keys {
-		keys[i] = objectKey("ns", name(i))
+		keys[i] = types.NamespacedName{Namespace: "ns", Name: name(i)}.String()
 	}
 	return keys
 }
