@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
@@ -20,25 +21,36 @@ import (
 // reconciler types).
 type clusterReads struct {
 	client client.Client
+	// runs is the run informer's own indexer (see indexRuns), read directly: a lookup by target
+	// UID comes with every target event and every target reconcile, and the cache reader's List
+	// (a field selector parsed, a list built by reflection) was 4-5% of the operator's CPU.
+	runs toolscache.Indexer
 }
 
 // runsOfTarget returns the cached runs of a target. They are the cache's own objects (no deep
 // copy: a policy recount reads every run of the policy): callers only read them.
-func (c clusterReads) runsOfTarget(ctx context.Context, uid types.UID) []v1alpha1.TeardownRun {
-	var list v1alpha1.TeardownRunList
-	if err := c.client.List(ctx, &list, client.MatchingFields{indexTargetUID: string(uid)}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil
-	}
-	return list.Items
+func (c clusterReads) runsOfTarget(_ context.Context, uid types.UID) []v1alpha1.TeardownRun {
+	runs, _ := c.runsBy(indexTargetUID, string(uid))
+	return runs
 }
 
 // runsOfPolicy returns the cached runs of a policy; like runsOfTarget, read only.
-func (c clusterReads) runsOfPolicy(ctx context.Context, key policy.Key) ([]v1alpha1.TeardownRun, error) {
-	var list v1alpha1.TeardownRunList
-	if err := c.client.List(ctx, &list, client.MatchingFields{indexPolicy: key.String()}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, err
+func (c clusterReads) runsOfPolicy(_ context.Context, key policy.Key) ([]v1alpha1.TeardownRun, error) {
+	return c.runsBy(indexPolicy, key.String())
+}
+
+func (c clusterReads) runsBy(index, value string) ([]v1alpha1.TeardownRun, error) {
+	objs, err := c.runs.ByIndex(index, value)
+	if err != nil {
+		return nil, fmt.Errorf("cached runs by %s: %w", index, err)
 	}
-	return list.Items, nil
+	runs := make([]v1alpha1.TeardownRun, 0, len(objs))
+	for _, o := range objs {
+		if run, ok := o.(*v1alpha1.TeardownRun); ok {
+			runs = append(runs, *run)
+		}
+	}
+	return runs, nil
 }
 
 // namespaceTerminating reports whether a namespace is being deleted, from the cache.

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -26,9 +27,10 @@ import (
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
+// The run cache's indexes (clusterReads).
 const (
-	indexTargetUID = "spec.target.uid"
-	indexPolicy    = "spec.policyRef"
+	indexTargetUID = "teardown.dev/target-uid"
+	indexPolicy    = "teardown.dev/policy"
 )
 
 // Options configure the engine.
@@ -211,17 +213,30 @@ func metadataClient(cfg *rest.Config, fenceCheck func() error) (metadata.Interfa
 	return mc, nil
 }
 
+// indexRuns indexes the cached runs by target UID and by policy, on the run informer itself, and
+// keeps its indexer for clusterReads. Before the controllers are set up: they take e.reads.
 func (e *Engine) indexRuns(ctx context.Context, mgr manager.Manager) error {
-	idx := mgr.GetFieldIndexer()
-	if err := idx.IndexField(ctx, &v1alpha1.TeardownRun{}, indexTargetUID, func(o client.Object) []string {
-		return []string{string(o.(*v1alpha1.TeardownRun).Spec.Target.UID)}
-	}); err != nil {
-		return err
+	inf, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.TeardownRun{})
+	if err != nil {
+		return fmt.Errorf("run informer: %w", err)
 	}
-	return idx.IndexField(ctx, &v1alpha1.TeardownRun{}, indexPolicy, func(o client.Object) []string {
-		ref := o.(*v1alpha1.TeardownRun).Spec.PolicyRef
-		return []string{policy.KeyOf(ref).String()}
+	shared, ok := inf.(toolscache.SharedIndexInformer)
+	if !ok {
+		return fmt.Errorf("run informer: a %T has no indexer", inf)
+	}
+	err = shared.AddIndexers(toolscache.Indexers{
+		indexTargetUID: func(o any) ([]string, error) {
+			return []string{string(o.(*v1alpha1.TeardownRun).Spec.Target.UID)}, nil
+		},
+		indexPolicy: func(o any) ([]string, error) {
+			return []string{policy.KeyOf(o.(*v1alpha1.TeardownRun).Spec.PolicyRef).String()}, nil
+		},
 	})
+	if err != nil {
+		return fmt.Errorf("indexing runs: %w", err)
+	}
+	e.reads.runs = shared.GetIndexer()
+	return nil
 }
 
 // runOfOwned maps an object a step created to the run its labels name.

@@ -187,7 +187,7 @@ func run(o options) error {
 		byName := map[string]result{}
 		for _, c := range orderOf(cs, k) {
 			fmt.Printf("\n=== %s ===\n", c.name)
-			r, err := runOne(o, c)
+			r, err := runOne(o, c, k)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}

@@ -37,11 +37,16 @@ type bench struct {
 	pids       map[string]int // the cluster's processes and the contender's, by name
 }
 
-// runOne measures one contender on a fresh cluster of its own.
-func runOne(o options, con contender) (*result, error) {
+// runOne measures one contender on a fresh cluster of its own. Each round has its own cluster
+// names: a cluster created again under the name of one just deleted can meet the old one's
+// processes still shutting down (a client then saw the old CA on the new port).
+func runOne(o options, con contender, round int) (*result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
 	cluster := o.cluster + "-" + con.name
+	if round > 0 {
+		cluster += fmt.Sprintf("-r%d", round+1)
+	}
 	kubeconfig, err := framework.StartCluster(o.root, cluster)
 	if err != nil {
 		return nil, err
