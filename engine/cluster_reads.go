@@ -27,6 +27,24 @@ type clusterReads struct {
 	runs toolscache.Indexer
 }
 
+// runIndexers index the cached runs by target UID and by policy key.
+var runIndexers = toolscache.Indexers{
+	indexTargetUID: func(o any) ([]string, error) {
+		run, ok := o.(*v1alpha1.TeardownRun)
+		if !ok {
+			return nil, fmt.Errorf("indexing runs: a %T is not a TeardownRun", o)
+		}
+		return []string{string(run.Spec.Target.UID)}, nil
+	},
+	indexPolicy: func(o any) ([]string, error) {
+		run, ok := o.(*v1alpha1.TeardownRun)
+		if !ok {
+			return nil, fmt.Errorf("indexing runs: a %T is not a TeardownRun", o)
+		}
+		return []string{policy.KeyOf(run.Spec.PolicyRef).String()}, nil
+	},
+}
+
 // runsOfTarget returns the cached runs of a target. They are the cache's own objects (no deep
 // copy: a policy recount reads every run of the policy): callers only read them.
 func (c clusterReads) runsOfTarget(_ context.Context, uid types.UID) []v1alpha1.TeardownRun {

@@ -224,15 +224,7 @@ func (e *Engine) indexRuns(ctx context.Context, mgr manager.Manager) error {
 	if !ok {
 		return fmt.Errorf("run informer: a %T has no indexer", inf)
 	}
-	err = shared.AddIndexers(toolscache.Indexers{
-		indexTargetUID: func(o any) ([]string, error) {
-			return []string{string(o.(*v1alpha1.TeardownRun).Spec.Target.UID)}, nil
-		},
-		indexPolicy: func(o any) ([]string, error) {
-			return []string{policy.KeyOf(o.(*v1alpha1.TeardownRun).Spec.PolicyRef).String()}, nil
-		},
-	})
-	if err != nil {
+	if err := shared.AddIndexers(runIndexers); err != nil {
 		return fmt.Errorf("indexing runs: %w", err)
 	}
 	e.reads.runs = shared.GetIndexer()
