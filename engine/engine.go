@@ -214,7 +214,9 @@ func metadataClient(cfg *rest.Config, fenceCheck func() error) (metadata.Interfa
 }
 
 // indexRuns indexes the cached runs by target UID and by policy, on the run informer itself, and
-// keeps its indexer for clusterReads. Before the controllers are set up: they take e.reads.
+// keeps its indexer for clusterReads. Before the controllers are set up: they take e.reads. The
+// indexer is read without the cache reader's wait for sync: the manager syncs its caches before it
+// starts any controller or watch of ours, and GetInformer on a cache already started waits for it.
 func (e *Engine) indexRuns(ctx context.Context, mgr manager.Manager) error {
 	inf, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.TeardownRun{})
 	if err != nil {
