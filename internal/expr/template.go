@@ -30,6 +30,14 @@ func (t *Template) Literal() bool {
 	return true
 }
 
+// Whole returns the expression of a template that is one ${...} and nothing else, or nil.
+func (t *Template) Whole() *Program {
+	if len(t.parts) == 1 && t.parts[0].prog != nil {
+		return t.parts[0].prog
+	}
+	return nil
+}
+
 // CompileTemplate parses and compiles every ${...} in src.
 func (e *Env) CompileTemplate(src string) (*Template, error) {
 	t := &Template{src: src}
