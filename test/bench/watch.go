@@ -41,7 +41,6 @@ func configMapList() *metav1.PartialObjectMetadataList {
 	return &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMapList"}}
 }
 
-// objectKey is how the benchmark names a target: namespace/name.
 // watchDeletions starts watching the targets; keys are those to be deleted, for re-lists. The
 // watch goes on, resumed whenever the API server closes it, until stop is called or ctx ends.
 func watchDeletions(ctx context.Context, c client.WithWatch, keys []string) (*deletions, error) {
