@@ -165,7 +165,7 @@ test: verify-generated lint test-unit test-chart test-image test-integration tes
 
 # The fuzz targets, as name:package. make test runs their seed corpora (test-unit).
 FUZZ_TARGETS := FuzzCompilePolicy:./engine/policy FuzzLint:./cli/lint FuzzExpr:./internal/expr FuzzTemplate:./internal/expr \
-	FuzzJobTemplate:./steps/jobstep FuzzResponse:./steps/httpstep FuzzRawResponse:./steps/httpstep
+	FuzzJobTemplate:./steps/jobstep FuzzResourceStep:./steps/resource FuzzResponse:./steps/httpstep FuzzRawResponse:./steps/httpstep
 
 .PHONY: fuzz
 fuzz: ## Fuzz policies, CEL, ${} templates, job templates and http responses, each for FUZZTIME (60s; FUZZFLAGS=-parallel=1).

@@ -66,6 +66,10 @@ type stepReport struct {
 	// Destination says the operator refuses the request's destination unless it allows it.
 	Destination string `json:"destination,omitempty"`
 	Rendered    any    `json:"rendered,omitempty"`
+	// Access is RBAC's answer for each API call the step makes as its ServiceAccount.
+	Access []accessReport `json:"access,omitempty"`
+	// needs are those calls, as the step's plan lists them.
+	needs []steps.Access
 }
 
 func (r *root) planCommand() *cobra.Command {
@@ -190,6 +194,9 @@ func (r *root) planPolicy(ctx context.Context, compiler *policy.Compiler, v poli
 		pr.DeletionGuard = r.evaluateGuard(ctx, c, t)
 	}
 	pr.Steps = planSteps(ctx, c, t, r.kube.runNamespace)
+	for i := range pr.Steps {
+		pr.Steps[i].Access = r.kube.reviewAccess(ctx, pr.Steps[i].needs)
+	}
 	if v.Key.Namespaced() {
 		r.kube.checkDestinations(pr.Steps)
 	}
@@ -229,7 +236,7 @@ func planSteps(ctx context.Context, c *policy.Compiled, t *target, runNamespace 
 		if p, ok := s.Action.(steps.Planner); ok {
 			// The status the run's pass gives the step's first attempt, its deadline included.
 			plan := p.Plan(ctx, pipeline.Input(run, pipeline.Started(s, now), now))
-			sr.Summary, sr.Error, sr.Rendered = plan.Summary, plan.Err, plan.Rendered
+			sr.Summary, sr.Error, sr.Rendered, sr.needs = plan.Summary, plan.Err, plan.Rendered, plan.Access
 			if plan.Err != "" && readsSteps(s) {
 				sr.Error = ""
 				sr.Summary += fmt.Sprintf("; rendered when the step is reached, since it reads earlier steps' results (now: %s)", plan.Err)
@@ -308,6 +315,9 @@ func printPlan(w io.Writer, rep *planReport) {
 			}
 			if s.Destination != "" {
 				fmt.Fprintf(w, "       note: %s\n", s.Destination)
+			}
+			for _, a := range s.Access {
+				fmt.Fprintf(w, "       %s\n", a)
 			}
 			if s.Rendered != nil {
 				raw, _ := yaml.Marshal(s.Rendered)

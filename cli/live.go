@@ -9,12 +9,14 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/teardown-dev/teardown-operator/cli/manifest"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/internal/expr"
+	"github.com/teardown-dev/teardown-operator/internal/kindtypes"
 	"github.com/teardown-dev/teardown-operator/steps"
 	"github.com/teardown-dev/teardown-operator/steps/builtin"
 	"github.com/teardown-dev/teardown-operator/steps/httpstep"
@@ -79,7 +81,11 @@ func (k *kube) liveCompiler() (*policy.Compiler, error) {
 	deps := steps.Deps{Client: ro, Reader: ro, Mapper: k.mapper, Wake: func(types.NamespacedName) {},
 		NamespaceTerminating: func(context.Context, string) bool { return false }}
 	kinds := steps.Build(builtin.Kinds(builtin.Options{HTTP: httpstep.Options{AllowedDestinations: anywhere}}), deps)
-	return policy.NewCompiler(env, kinds, policy.KindScope(k.mapper)), nil
+	dc, err := discovery.NewDiscoveryClientForConfig(k.cfg)
+	if err != nil {
+		return nil, err
+	}
+	return policy.NewCompiler(env, kinds, policy.KindScope(k.mapper)).WithKindTypes(kindtypes.NewDiscovery(dc.OpenAPIV3()).Type), nil
 }
 
 // age is a duration as kubectl prints ages.

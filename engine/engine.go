@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -24,6 +25,7 @@ import (
 	"github.com/teardown-dev/teardown-operator/engine/watch"
 	"github.com/teardown-dev/teardown-operator/internal/expr"
 	"github.com/teardown-dev/teardown-operator/internal/fence"
+	"github.com/teardown-dev/teardown-operator/internal/kindtypes"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -159,7 +161,12 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 		Wake:   func(run types.NamespacedName) { e.wake.runs.Add(reconcile.Request{NamespacedName: run}) },
 		Config: mgr.GetConfig(), NamespaceTerminating: e.reads.namespaceTerminating, Fence: opts.Fence}
 	e.kinds = steps.Build(kinds, deps)
-	e.compiler = policy.NewCompiler(env, e.kinds, policy.KindScope(mgr.GetRESTMapper()))
+	dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, fmt.Errorf("engine: discovery client: %w", err)
+	}
+	e.compiler = policy.NewCompiler(env, e.kinds, policy.KindScope(mgr.GetRESTMapper())).
+		WithKindTypes(kindtypes.NewDiscovery(dc.OpenAPIV3()).Type)
 	e.watches = watch.NewManager(mc, mgr.GetRESTMapper(), e.router.route, opts.Resync, ctrl.Log.WithName("watch"))
 	e.wake.watches = e.watches
 	if e.served, err = e.newServedKinds(mgr.GetConfig()); err != nil {

@@ -1,7 +1,7 @@
 // Package steps defines the one interface every kind of teardown step implements (wait, http,
-// job), and the registry the engine finds them in. The engine owns everything common to all
-// kinds: guards, attempts, retries with backoff, timeouts, onFailure and status; a kind only
-// compiles its own fields and performs one bounded action per call.
+// job, resource), and the registry the engine finds them in. The engine owns everything common
+// to all kinds: guards, attempts, retries with backoff, timeouts, onFailure and status; a kind
+// only compiles its own fields and performs one bounded action per call.
 package steps
 
 import (
@@ -49,6 +49,10 @@ type CompileContext struct {
 	// error means discovery cannot tell (the kind is not served). Nil when compiling without a
 	// cluster.
 	KindScope func(gvk schema.GroupVersionKind) (namespaced bool, err error)
+	// KindType returns the CEL type of a kind's objects, from the schema the cluster publishes
+	// (internal/kindtypes); an error means it is not known, and such objects are dyn. Nil when
+	// types are not looked up.
+	KindType func(gvk schema.GroupVersionKind) (expr.Type, error)
 }
 
 // Scope is whether a kind's objects live in namespaces.
@@ -303,4 +307,21 @@ type Plan struct {
 	Rendered any
 	// Err says why the step cannot be rendered now: its execution would fail with it.
 	Err string
+	// Access lists the API calls the step would make as an identity the policy names (a
+	// resource step's ServiceAccount), for the plan to ask the API server whether it may.
+	Access []Access
+}
+
+// Access is one API call a step would make, as RBAC sees it.
+type Access struct {
+	// User is the identity the call is made as (system:serviceaccount:<ns>:<name>); empty for
+	// the operator itself, and Groups the groups the API server gives it.
+	User   string
+	Groups []string
+	// Verb is RBAC's verb: get, list, create, patch, delete.
+	Verb        string
+	GVK         schema.GroupVersionKind
+	Subresource string
+	Namespace   string
+	Name        string
 }

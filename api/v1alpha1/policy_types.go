@@ -116,7 +116,7 @@ type Lookup struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-zA-Z_][a-zA-Z0-9_]*$`
-	// +kubebuilder:validation:XValidation:rule="!(self in ['object', 'steps', 'run', 'response', 'job', 'now'])",message="name is reserved: object, steps, run, response, job and now are built-in variables"
+	// +kubebuilder:validation:XValidation:rule="!(self in ['object', 'steps', 'run', 'response', 'job', 'resource', 'now'])",message="name is reserved: object, steps, run, response, job, resource and now are built-in variables"
 	Name string `json:"name"`
 
 	// apiVersion of the objects to look up.
@@ -180,8 +180,8 @@ type WaitStep struct {
 	Interval *metav1.Duration `json:"interval,omitempty"`
 }
 
-// Step is one action of a teardown pipeline. Exactly one kind (wait, http or job) is set.
-// +kubebuilder:validation:XValidation:rule="[has(self.wait), has(self.http), has(self.job)].filter(k, k).size() == 1",message="set exactly one step kind: wait, http or job"
+// Step is one action of a teardown pipeline. Exactly one kind (wait, http, job or resource) is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.wait), has(self.http), has(self.job), has(self.resource)].filter(k, k).size() == 1",message="set exactly one step kind: wait, http, job or resource"
 type Step struct {
 	// name identifies the step in the pipeline and in `steps.<name>` expressions: a DNS label,
 	// unique in the policy.
@@ -228,6 +228,11 @@ type Step struct {
 	// job runs a Kubernetes Job and waits for it to complete.
 	// +optional
 	Job *JobStep `json:"job,omitempty"`
+
+	// resource creates, applies, patches or deletes Kubernetes objects as a ServiceAccount, and
+	// may wait until the object reaches a condition.
+	// +optional
+	Resource *ResourceStep `json:"resource,omitempty"`
 }
 
 // Pipeline is the part of a policy that a run executes: the steps and what bounds them.

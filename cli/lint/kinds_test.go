@@ -106,3 +106,52 @@ func TestBuiltinKinds(t *testing.T) {
 func gvkOf(g [3]string) schema.GroupVersionKind {
 	return schema.GroupVersionKind{Group: g[0], Version: g[1], Kind: g[2]}
 }
+
+// TestResourceStepKinds: with --kinds, a resource step on a kind the dump does not serve is a
+// kind-not-served warning, and one on a cluster-scoped custom kind in a TeardownPolicy an error.
+func TestResourceStepKinds(t *testing.T) {
+	dump := discovery.FromLists("kinds.json", []*metav1.APIResourceList{
+		{GroupVersion: "v1", APIResources: []metav1.APIResource{{Name: "configmaps", Kind: "ConfigMap", Namespaced: true}}},
+		{GroupVersion: "example.teardown.dev/v1", APIResources: []metav1.APIResource{{Name: "clusterbackends", Kind: "ClusterBackend"}}},
+	})
+	policy := func(step string) string {
+		return `apiVersion: teardown.dev/v1alpha1
+kind: TeardownPolicy
+metadata: {name: p, namespace: team}
+spec:
+  targetRef: {apiVersion: v1, kind: ConfigMap}
+  timeout: 1m
+  steps:
+  - name: act
+    resource:
+      serviceAccountName: actor
+` + step
+	}
+	tests := map[string]struct {
+		step, field, words string
+		severity           lint.Severity
+	}{
+		"a manifest of a kind not served": {step: "      action: Create\n      manifest: {apiVersion: snapshot.storage.k8s.io/v1, kind: VolumeSnapshot, metadata: {name: x}}\n",
+			field: "spec.steps[0].resource.manifest.kind", words: "the step fails when it runs unless the kind is served by then", severity: lint.Warning},
+		"a target of a kind not served": {step: "      action: Delete\n      target: {apiVersion: velero.io/v1, kind: Backup, name: x}\n",
+			field: "spec.steps[0].resource.target.kind", words: "the step fails when it runs unless the kind is served by then", severity: lint.Warning},
+		"a cluster-scoped custom kind": {step: "      action: Delete\n      target: {apiVersion: example.teardown.dev/v1, kind: ClusterBackend, name: x}\n",
+			field: "spec.steps[0].resource.target.kind", words: "ClusterBackend is cluster-scoped; a TeardownPolicy acts only on objects in its own namespace", severity: lint.Error},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			docs, err := manifest.Parse("p.yaml", []byte(policy(tc.step)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := lint.New(lint.Options{Kinds: dump})
+			if err != nil {
+				t.Fatal(err)
+			}
+			problems := l.Lint(context.Background(), docs).Problems
+			if len(problems) != 1 || problems[0].Field != tc.field || problems[0].Severity != tc.severity || !strings.Contains(problems[0].Message, tc.words) {
+				t.Fatalf("want one problem at %s saying %q, got %+v", tc.field, tc.words, problems)
+			}
+		})
+	}
+}

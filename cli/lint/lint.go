@@ -5,6 +5,7 @@ package lint
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -22,6 +23,7 @@ import (
 	cschema "github.com/teardown-dev/teardown-operator/cli/schema"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/internal/expr"
+	"github.com/teardown-dev/teardown-operator/internal/kindtypes"
 	"github.com/teardown-dev/teardown-operator/steps"
 	"github.com/teardown-dev/teardown-operator/steps/builtin"
 	"github.com/teardown-dev/teardown-operator/steps/httpstep"
@@ -132,7 +134,10 @@ func New(opts Options) (*Linter, error) {
 	if opts.Kinds != nil {
 		scope = opts.Kinds.Namespaced
 	}
-	return &Linter{opts: opts, schema: v, compiler: policy.NewCompiler(env, kinds, scope), seen: map[policy.Key]string{}}, nil
+	// The objects resource steps act on are typed when client-go knows their kind (Pods,
+	// StatefulSets, ...); others are dyn offline.
+	compiler := policy.NewCompiler(env, kinds, scope).WithKindTypes(kindtypes.Builtin)
+	return &Linter{opts: opts, schema: v, compiler: compiler, seen: map[policy.Key]string{}}, nil
 }
 
 // IsPolicy reports whether an object is a TeardownPolicy or ClusterTeardownPolicy, of any version.
@@ -290,27 +295,38 @@ func (l *Linter) kindErrors(v policy.View) field.ErrorList {
 	return nil
 }
 
-// lookupRisks flags lookups of kinds the discovery dump does not have: the operator leaves them
-// to run time (a CRD may be installed later), when the wait step fails if it still is not.
+// lookupRisks flags lookups, and objects of resource steps, of kinds the discovery dump does not
+// have: the operator leaves them to run time (a CRD may be installed later), when the step fails
+// if it still is not.
 func (l *Linter) lookupRisks(v policy.View) []Risk {
 	if l.opts.Kinds == nil {
 		return nil
 	}
 	var out []Risk
+	check := func(apiVersion, kind string, p *field.Path) {
+		gv, err := schema.ParseGroupVersion(apiVersion)
+		if err != nil || kind == "" {
+			return
+		}
+		if _, err := l.opts.Kinds.Namespaced(gv.WithKind(kind)); err != nil {
+			out = append(out, Risk{Code: RiskKindNotServed, Err: field.Invalid(p, kind,
+				err.Error()+": the step fails when it runs unless the kind is served by then")})
+		}
+	}
 	for i := range v.Spec.Steps {
 		s := &v.Spec.Steps[i]
-		if s.Wait == nil {
-			continue
-		}
-		for j, lk := range s.Wait.Lookups {
-			gv, err := schema.ParseGroupVersion(lk.APIVersion)
-			if err != nil {
-				continue
+		sp := field.NewPath("spec", "steps").Index(i)
+		switch {
+		case s.Wait != nil:
+			for j, lk := range s.Wait.Lookups {
+				check(lk.APIVersion, lk.Kind, sp.Child("wait", "lookups").Index(j).Child("kind"))
 			}
-			if _, err := l.opts.Kinds.Namespaced(gv.WithKind(lk.Kind)); err != nil {
-				p := field.NewPath("spec", "steps").Index(i).Child("wait", "lookups").Index(j).Child("kind")
-				out = append(out, Risk{Code: RiskKindNotServed, Err: field.Invalid(p, lk.Kind,
-					err.Error()+": the step fails when it runs unless the kind is served by then")})
+		case s.Resource != nil && s.Resource.Target != nil:
+			check(s.Resource.Target.APIVersion, s.Resource.Target.Kind, sp.Child("resource", "target", "kind"))
+		case s.Resource != nil && s.Resource.Manifest != nil:
+			var m struct{ APIVersion, Kind string }
+			if json.Unmarshal(s.Resource.Manifest.Raw, &m) == nil {
+				check(m.APIVersion, m.Kind, sp.Child("resource", "manifest", "kind"))
 			}
 		}
 	}

@@ -21,7 +21,8 @@ const (
 	RiskJobWithoutDeadline = "job-without-deadline"
 	// RiskSecretOverPlainHTTP: a Secret sent as a header over plain http://.
 	RiskSecretOverPlainHTTP = "secret-over-plain-http"
-	// RiskKindNotServed: a lookup of a kind the discovery dump (--kinds) does not have.
+	// RiskKindNotServed: a lookup, or a resource step, of a kind the discovery dump (--kinds) does
+	// not have.
 	RiskKindNotServed = "kind-not-served"
 	// RiskUnsafeRead: match, a step's when or a deletion guard's deny reads a field of the object
 	// that may be absent, unguarded (an evaluation error, not false, where it is absent).

@@ -148,6 +148,8 @@ type Compiler struct {
 	kinds steps.Registry
 	// scope tells a kind's scope from the cluster's discovery; nil compiles without a cluster.
 	scope func(schema.GroupVersionKind) (bool, error)
+	// types gives kinds' CEL types (a resource step's `resource`); nil leaves them dyn.
+	types func(schema.GroupVersionKind) (expr.Type, error)
 
 	mu    sync.Mutex
 	cache map[pipelineKey]*Pipeline
@@ -171,6 +173,14 @@ func NewCompiler(env *expr.Env, kinds steps.Registry, scope func(schema.GroupVer
 		}
 	}
 	return &Compiler{env: env, kinds: kinds, scope: scope, cache: map[pipelineKey]*Pipeline{}}
+}
+
+// WithKindTypes makes the compiler type the objects steps act on (a resource step's `resource`)
+// with types, for example from the schemas the cluster publishes (internal/kindtypes). It
+// returns c.
+func (c *Compiler) WithKindTypes(types func(schema.GroupVersionKind) (expr.Type, error)) *Compiler {
+	c.types = types
+	return c
 }
 
 // KindScope tells from discovery (a RESTMapper) whether a kind is namespaced: the scope a
@@ -288,7 +298,7 @@ func (c *Compiler) store(key pipelineKey, p *Pipeline) {
 // compilePipeline compiles a pipeline; namespace is a TeardownPolicy's, empty for a cluster policy.
 func (c *Compiler) compilePipeline(spec *v1alpha1.Pipeline, namespace string, target schema.GroupVersionKind, path *field.Path) (*Pipeline, field.ErrorList) {
 	var errs field.ErrorList
-	cc := steps.CompileContext{Namespaced: namespace != "", Namespace: namespace, Target: target, KindScope: c.scope}
+	cc := steps.CompileContext{Namespaced: namespace != "", Namespace: namespace, Target: target, KindScope: c.scope, KindType: c.types}
 	cc.TargetScope = c.scopeOf(target)
 	out := &Pipeline{FailurePolicy: spec.FailurePolicy, Spec: spec}
 	if out.FailurePolicy == "" {

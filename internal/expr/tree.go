@@ -243,6 +243,12 @@ func jsonValue(v ref.Val) (any, error) {
 		return bool(x), nil
 	case types.Null:
 		return nil, nil
+	case *types.Optional:
+		// An optional renders as its value, and as null when it has none.
+		if !x.HasValue() {
+			return nil, nil
+		}
+		return jsonValue(x.GetValue())
 	case traits.Mapper:
 		return jsonMap(x)
 	case traits.Lister:

@@ -27,6 +27,9 @@ func TestTreeTypedWhole(t *testing.T) {
 		{`${2.5}`, 2.5, "2.5"},
 		{`${true}`, true, "true"},
 		{`${null}`, nil, errorSaying("value is null")}, // text has no null
+		// An optional renders as its value, or null when it has none (a manifest leaves it out).
+		{`${object.metadata.?labels[?'app.kubernetes.io/name']}`, "pg", `"pg"`},
+		{`${object.metadata.?labels[?'missing']}`, nil, errorSaying("optional.none()")},
 		{`${[1, 'a', [false]]}`, []any{int64(1), "a", []any{false}}, `[1,"a",[false]]`},
 		{`${{'k': [1], 'n': {'m': 2.5}}}`, map[string]any{"k": []any{int64(1)}, "n": map[string]any{"m": 2.5}}, `{"k":[1],"n":{"m":2.5}}`},
 		{`${object.metadata.labels}`, map[string]any{"app.kubernetes.io/name": "pg"}, `{"app.kubernetes.io/name":"pg"}`},

@@ -45,7 +45,12 @@ type Lookup struct {
 	Name string
 	GVK  schema.GroupVersionKind
 	// namespace and the selector's values are compiled as templates.
-	namespace   *expr.Template
+	namespace *expr.Template
+	selector  LabelSelector
+}
+
+// LabelSelector is a label selector whose values take ${...} interpolation.
+type LabelSelector struct {
 	matchLabels map[string]*expr.Template
 	exprs       []selectorExpr
 }
@@ -110,7 +115,7 @@ func compileOne(cc Context, l v1alpha1.Lookup, lp *field.Path) (Lookup, field.Er
 	if err != nil {
 		errs = append(errs, field.Invalid(lp.Child("apiVersion"), l.APIVersion, err.Error()))
 	}
-	lk := Lookup{Name: l.Name, GVK: gv.WithKind(l.Kind), matchLabels: map[string]*expr.Template{}}
+	lk := Lookup{Name: l.Name, GVK: gv.WithKind(l.Kind)}
 	if err := checkScope(cc, lk.GVK); err != nil {
 		errs = append(errs, field.Forbidden(lp.Child("kind"), err.Error()))
 	}
@@ -119,29 +124,39 @@ func compileOne(cc Context, l v1alpha1.Lookup, lp *field.Path) (Lookup, field.Er
 	} else if cc.Namespaced && lk.namespace.Literal() && l.Namespace != "" && l.Namespace != cc.Namespace {
 		errs = append(errs, field.Forbidden(lp.Child("namespace"), fmt.Sprintf("a TeardownPolicy may look only in its own namespace %q", cc.Namespace)))
 	}
-	if l.Selector == nil {
-		return lk, errs
+	var serrs field.ErrorList
+	lk.selector, serrs = CompileLabelSelector(cc.Env, l.Selector, lp.Child("selector"))
+	return lk, append(errs, serrs...)
+}
+
+// CompileLabelSelector compiles a label selector whose values take ${...} over env's variables,
+// and checks what is written literally as the API server checks label selectors. A nil selector
+// selects everything.
+func CompileLabelSelector(env *expr.Env, sel *metav1.LabelSelector, sp *field.Path) (LabelSelector, field.ErrorList) {
+	out := LabelSelector{matchLabels: map[string]*expr.Template{}}
+	if sel == nil {
+		return out, nil
 	}
-	sp := lp.Child("selector")
-	for key, v := range l.Selector.MatchLabels {
-		t, err := cc.Env.CompileTemplate(v)
+	var errs field.ErrorList
+	for key, v := range sel.MatchLabels {
+		t, err := env.CompileTemplate(v)
 		if err != nil {
 			errs = append(errs, field.Invalid(sp.Child("matchLabels").Key(key), v, err.Error()))
 		}
-		lk.matchLabels[key] = t
+		out.matchLabels[key] = t
 	}
-	for j, e := range l.Selector.MatchExpressions {
+	for j, e := range sel.MatchExpressions {
 		se := selectorExpr{key: e.Key, op: e.Operator}
 		for vi, v := range e.Values {
-			t, err := cc.Env.CompileTemplate(v)
+			t, err := env.CompileTemplate(v)
 			if err != nil {
 				errs = append(errs, field.Invalid(sp.Child("matchExpressions").Index(j).Child("values").Index(vi), v, err.Error()))
 			}
 			se.values = append(se.values, t)
 		}
-		lk.exprs = append(lk.exprs, se)
+		out.exprs = append(out.exprs, se)
 	}
-	return lk, append(errs, checkSelector(l.Selector, sp)...)
+	return out, append(errs, checkSelector(sel, sp)...)
 }
 
 // checkSelector checks a lookup's selector as the API server checks label selectors: keys,
@@ -221,15 +236,20 @@ func (l Lookup) Resolve(ctx context.Context, lister Lister, vars expr.Vars, w Wh
 
 // Selector renders the interpolated label selector.
 func (l Lookup) Selector(ctx context.Context, vars expr.Vars) (labels.Selector, error) {
+	return l.selector.Render(ctx, vars)
+}
+
+// Render renders the selector's values.
+func (s LabelSelector) Render(ctx context.Context, vars expr.Vars) (labels.Selector, error) {
 	ls := &metav1.LabelSelector{MatchLabels: map[string]string{}}
-	for k, t := range l.matchLabels {
+	for k, t := range s.matchLabels {
 		v, err := t.Render(ctx, vars)
 		if err != nil {
 			return nil, fmt.Errorf("selector.matchLabels[%s]: %w", k, err)
 		}
 		ls.MatchLabels[k] = v
 	}
-	for _, e := range l.exprs {
+	for _, e := range s.exprs {
 		r := metav1.LabelSelectorRequirement{Key: e.key, Operator: e.op}
 		for _, t := range e.values {
 			v, err := t.Render(ctx, vars)

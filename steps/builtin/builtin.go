@@ -16,6 +16,7 @@ import (
 	"github.com/teardown-dev/teardown-operator/steps"
 	"github.com/teardown-dev/teardown-operator/steps/httpstep"
 	"github.com/teardown-dev/teardown-operator/steps/jobstep"
+	"github.com/teardown-dev/teardown-operator/steps/resource"
 	"github.com/teardown-dev/teardown-operator/steps/wait"
 )
 
@@ -28,6 +29,9 @@ type Options struct {
 	Lister wait.Lister
 	// Logs reads the logs of failed Job pods; nil reads them from the API server (Deps.Config).
 	Logs jobstep.LogReader
+	// Resource is what resource steps act on; nil acts on the API server (Deps.Config), as the
+	// ServiceAccounts the steps name.
+	Resource resource.API
 }
 
 // Kinds returns a factory for every built-in step kind. It is the one list of step kinds: the
@@ -56,6 +60,13 @@ func Kinds(opts Options) []steps.Factory {
 				}
 			}
 			return jobstep.New(d.Client, d.Reader, logs, d.NamespaceTerminating, opts.Job)
+		},
+		func(d steps.Deps) steps.Kind {
+			api := opts.Resource
+			if api == nil {
+				api = resource.NewDynamic(d.Config, d.Mapper, d.Fence)
+			}
+			return resource.New(api)
 		},
 	}
 }

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
-	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -24,56 +22,26 @@ import (
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
-// Keys of the step's state in the run status.
-const (
-	stateJob     = "job"    // namespace/name of the attempt's Job
-	stateUID     = "jobUID" // the UID of the Job the step created or adopted; no other is trusted
-	stateAttempt = "attempt"
-)
+// The step's state in the run status: the attempt's Job (namespace/name) and the UID of the Job
+// the step created or adopted (no other is trusted).
+var recordKeys = steps.RecordKeys{Object: "job", UID: "jobUID"}
 
 // retrySoon is the wait after a transient API error, which is not an attempt.
 const retrySoon = 2 * time.Second
 
 // state is what the step keeps in its status between reconciles.
-type state struct {
-	attempt   int32
-	namespace string
-	name      string
-	uid       types.UID
-}
+type state = steps.ObjectRecord
 
-func readState(m map[string]string) state {
-	var s state
-	a, _ := strconv.Atoi(m[stateAttempt])
-	s.attempt = int32(a)
-	s.namespace, s.name, _ = strings.Cut(m[stateJob], "/")
-	s.uid = types.UID(m[stateUID])
-	return s
-}
-
-func (s state) encode() map[string]string {
-	m := map[string]string{stateAttempt: strconv.Itoa(int(s.attempt))}
-	if s.name != "" {
-		m[stateJob] = s.namespace + "/" + s.name
-	}
-	if s.uid != "" {
-		m[stateUID] = string(s.uid)
-	}
-	return m
-}
-
-func (s state) ref() string { return s.namespace + "/" + s.name }
-
-func (s state) key() client.ObjectKey { return client.ObjectKey{Namespace: s.namespace, Name: s.name} }
+func readState(m map[string]string) state { return steps.ReadRecord(m, recordKeys) }
 
 // Execute implements steps.Action. Each call does one thing: create (or adopt) the attempt's Job,
 // or look at it. The Job is cleaned up only after the outcome is written (Release).
 func (a *action) Execute(ctx context.Context, in *steps.Input) steps.Result {
 	st := readState(in.Status.State)
-	if st.attempt != in.Status.Attempts {
-		st = state{attempt: in.Status.Attempts} // a new attempt gets a new Job
+	if st.Attempt != in.Status.Attempts {
+		st = state{Attempt: in.Status.Attempts} // a new attempt gets a new Job
 	}
-	if st.uid == "" {
+	if st.UID == "" {
 		return a.create(ctx, in, st)
 	}
 	return a.observe(ctx, in, st)
@@ -84,37 +52,37 @@ func (a *action) create(ctx context.Context, in *steps.Input, st state) steps.Re
 	if err != nil {
 		return steps.Fail(false, "%v", err)
 	}
-	st.namespace, st.name = job.Namespace, job.Name
-	msg := fmt.Sprintf("Job %s created; waiting for it to finish", st.ref())
+	st.Namespace, st.Name = job.Namespace, job.Name
+	msg := fmt.Sprintf("Job %s created; waiting for it to finish", st.Ref())
 	err = a.kind.client.Create(ctx, job)
 	switch {
 	case err == nil:
 	case apierrors.IsAlreadyExists(err):
 		// Created by this step before a crash (then it is adopted), or by someone else.
 		live := &batchv1.Job{}
-		if err := a.kind.reader.Get(ctx, st.key(), live); err != nil {
-			return steps.Waiting(retrySoon, "Job %s exists; reading it: %v", st.ref(), err)
+		if err := a.kind.reader.Get(ctx, st.Key(), live); err != nil {
+			return steps.Waiting(retrySoon, "Job %s exists; reading it: %v", st.Ref(), err)
 		}
-		if !ours(live, in.Run, a.step, st.attempt) {
+		if !ours(live, in.Run, a.step, st.Attempt) {
 			return steps.Fail(false, "a Job named %s already exists and was not created by attempt %d of this step (its labels %s=%q, %s=%q); delete it to let the step run",
-				st.ref(), st.attempt, v1alpha1.LabelRunUID, live.Labels[v1alpha1.LabelRunUID], v1alpha1.LabelAttempt, live.Labels[v1alpha1.LabelAttempt])
+				st.Ref(), st.Attempt, v1alpha1.LabelRunUID, live.Labels[v1alpha1.LabelRunUID], v1alpha1.LabelAttempt, live.Labels[v1alpha1.LabelAttempt])
 		}
 		job = live
-		msg = fmt.Sprintf("Job %s adopted (this step created it before the operator restarted); waiting for it to finish", st.ref())
+		msg = fmt.Sprintf("Job %s adopted (this step created it before the operator restarted); waiting for it to finish", st.Ref())
 	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
 		return steps.Fail(false, "%s", terminatingMessage(job.Namespace, a.namespaced))
 	case apierrors.IsNotFound(err):
 		return steps.Fail(false, "namespace %s does not exist: %v", job.Namespace, err)
 	case apierrors.IsInvalid(err):
-		return steps.Fail(false, "the API server refused Job %s: %v", st.ref(), err)
-	case transient(err):
-		return steps.Waiting(retrySoon, "creating Job %s: %v; trying again", st.ref(), err)
+		return steps.Fail(false, "the API server refused Job %s: %v", st.Ref(), err)
+	case steps.Transient(err):
+		return steps.Waiting(retrySoon, "creating Job %s: %v; trying again", st.Ref(), err)
 	default:
-		return steps.Fail(true, "creating Job %s: %v", st.ref(), err)
+		return steps.Fail(true, "creating Job %s: %v", st.Ref(), err)
 	}
-	st.uid = job.UID
+	st.UID = job.UID
 	res := steps.Waiting(a.kind.recheck, "%s", msg)
-	res.State = st.encode()
+	res.State = st.Encode(recordKeys)
 	res.Outputs = outputs(st)
 	return res
 }
@@ -131,15 +99,15 @@ func terminatingMessage(ns string, namespaced bool) string {
 func (a *action) observe(ctx context.Context, in *steps.Input, st state) steps.Result {
 	job, other, err := a.read(ctx, st)
 	if err != nil {
-		return steps.Waiting(retrySoon, "reading Job %s: %v", st.ref(), err)
+		return steps.Waiting(retrySoon, "reading Job %s: %v", st.Ref(), err)
 	}
 	if job == nil {
-		msg := fmt.Sprintf("Job %s (uid %s) was deleted before it finished", st.ref(), st.uid)
+		msg := fmt.Sprintf("Job %s (uid %s) was deleted before it finished", st.Ref(), st.UID)
 		if other != "" {
-			msg = fmt.Sprintf("Job %s (uid %s) was replaced by another Job of the same name (uid %s), which is not trusted", st.ref(), st.uid, other)
+			msg = fmt.Sprintf("Job %s (uid %s) was replaced by another Job of the same name (uid %s), which is not trusted", st.Ref(), st.UID, other)
 		}
-		if a.kind.terminating(ctx, st.namespace) {
-			return steps.Fail(false, "%s: %s", msg, terminatingMessage(st.namespace, a.namespaced))
+		if a.kind.terminating(ctx, st.Namespace) {
+			return steps.Fail(false, "%s: %s", msg, terminatingMessage(st.Namespace, a.namespaced))
 		}
 		return steps.Fail(true, "%s", msg)
 	}
@@ -148,8 +116,8 @@ func (a *action) observe(ctx context.Context, in *steps.Input, st state) steps.R
 	if o := a.decide(ctx, in, st, job); o != nil {
 		return *o
 	}
-	res := steps.Waiting(a.kind.recheck, "waiting for Job %s to finish (%s)", st.ref(), summary(job))
-	res.State = st.encode()
+	res := steps.Waiting(a.kind.recheck, "waiting for Job %s to finish (%s)", st.Ref(), summary(job))
+	res.State = st.Encode(recordKeys)
 	return res
 }
 
@@ -184,7 +152,7 @@ func (a *action) decide(ctx context.Context, in *steps.Input, st state, job *bat
 	default:
 		return nil
 	}
-	res.State, res.Outputs = st.encode(), outputs(st)
+	res.State, res.Outputs = st.Encode(recordKeys), outputs(st)
 	return &res
 }
 
@@ -192,7 +160,7 @@ func (a *action) decide(ctx context.Context, in *steps.Input, st state, job *bat
 // the operator was down, say) gives the step its outcome rather than a timeout.
 func (a *action) Settled(ctx context.Context, in *steps.Input, deadline time.Time) (steps.Result, bool) {
 	st := readState(in.Status.State)
-	if st.uid == "" || st.attempt != in.Status.Attempts {
+	if st.UID == "" || st.Attempt != in.Status.Attempts {
 		return steps.Result{}, false
 	}
 	job, _, err := a.read(ctx, st)
@@ -229,7 +197,7 @@ func finishTime(job *batchv1.Job) time.Time {
 // behind the pipeline's back. ReleaseRun makes up for what fails here.
 func (a *action) Release(ctx context.Context, in *steps.Input) {
 	st := readState(in.Status.State)
-	if st.uid == "" {
+	if st.UID == "" {
 		return
 	}
 	job, _, err := a.read(ctx, st)
@@ -237,7 +205,7 @@ func (a *action) Release(ctx context.Context, in *steps.Input) {
 		err = a.kind.let(ctx, job)
 	}
 	if err != nil {
-		logf.FromContext(ctx).Error(err, "cannot yet let go of the step's Job; the run will when it ends", "job", st.ref(), "step", a.step)
+		logf.FromContext(ctx).Error(err, "cannot yet let go of the step's Job; the run will when it ends", "job", st.Ref(), "step", a.step)
 	}
 }
 
@@ -300,20 +268,20 @@ func ttlOf(job *batchv1.Job) int32 {
 // UID of a Job that now has its name, if any.
 func (a *action) read(ctx context.Context, st state) (*batchv1.Job, types.UID, error) {
 	job := &batchv1.Job{}
-	err := a.kind.client.Get(ctx, st.key(), job)
-	if err == nil && job.UID == st.uid {
+	err := a.kind.client.Get(ctx, st.Key(), job)
+	if err == nil && job.UID == st.UID {
 		return job, "", nil
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, "", err
 	}
-	err = a.kind.reader.Get(ctx, st.key(), job)
+	err = a.kind.reader.Get(ctx, st.Key(), job)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, "", nil
 	case err != nil:
 		return nil, "", err
-	case job.UID != st.uid:
+	case job.UID != st.UID:
 		return nil, job.UID, nil
 	}
 	return job, "", nil
@@ -337,20 +305,12 @@ func summary(job *batchv1.Job) string {
 // outputs are the step's outputs: where its Job is, for later steps.
 func outputs(st state) map[string]apiextensionsv1.JSON {
 	return map[string]apiextensionsv1.JSON{
-		OutputJobName:      {Raw: jsonString(st.name)},
-		OutputJobNamespace: {Raw: jsonString(st.namespace)},
+		OutputJobName:      {Raw: jsonString(st.Name)},
+		OutputJobNamespace: {Raw: jsonString(st.Namespace)},
 	}
 }
 
 func jsonString(s string) []byte {
 	b, _ := json.Marshal(s)
 	return b
-}
-
-// transient reports whether an API error is likely to go away by itself.
-func transient(err error) bool {
-	var ne net.Error
-	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
-		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsUnexpectedServerError(err) ||
-		apierrors.IsConflict(err) || errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded)
 }

@@ -816,18 +816,18 @@ func TestStateRoundTrip(t *testing.T) {
 	}{
 		{
 			name: "new attempt",
-			st:   state{attempt: 1},
+			st:   state{Attempt: 1},
 			want: map[string]string{"attempt": "1"},
 		},
 		{
 			name: "created",
-			st:   state{attempt: 2, namespace: "shop", name: "db-x1-dump-2", uid: "job-uid"},
+			st:   state{Attempt: 2, Namespace: "shop", Name: "db-x1-dump-2", UID: "job-uid"},
 			want: map[string]string{"attempt": "2", "job": "shop/db-x1-dump-2", "jobUID": "job-uid"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := tt.st.encode()
+			m := tt.st.Encode(recordKeys)
 			if !reflect.DeepEqual(m, tt.want) {
 				t.Errorf("encode = %v, want %v", m, tt.want)
 			}
@@ -846,7 +846,7 @@ func TestReadStateMissingOrBad(t *testing.T) {
 	}{
 		{"nil", nil, state{}},
 		{"attempt not a number", map[string]string{"attempt": "x"}, state{}},
-		{"unknown keys ignored", map[string]string{"attempt": "4", "outcome": "Failed"}, state{attempt: 4}},
+		{"unknown keys ignored", map[string]string{"attempt": "4", "outcome": "Failed"}, state{Attempt: 4}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,9 +7,13 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/cli"
+	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
 // planDeletionJSON is the part of plan -o json about an object being deleted.
@@ -134,5 +138,29 @@ var _ = Describe("kubectl teardown plan", func() {
 		out, errOut, code := kubectlTeardown("plan", "configmap/orders", "-n", ns, "-o", "yaml")
 		Expect(code).To(Equal(cli.ExitOK), errOut)
 		Expect(out).To(ContainSubstring("activeDeadlineSeconds: 570"))
+	})
+
+	It("renders a resource step and asks the API server whether its ServiceAccount may make each call", func() {
+		Expect(framework.InstallCRDs(ctx, k8s, upstreamCRDs)).To(Succeed())
+		ns := newNamespace(ctx)
+		serviceAccountWith(ctx, ns, "backup", "postgresql.cnpg.io", "backups", "create")
+		p := resourcePolicy(ns, "final", fmtStep(finalBackupStep, "backup"))
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		expectReady(ctx, p, metav1.ConditionTrue)
+		cluster := cnpgCluster(ns, "orders")
+		Expect(k8s.Create(ctx, cluster)).To(Succeed())
+		Eventually(finalizers(ctx, cluster), 10*time.Second).Should(ContainElement(finalizerOf(p)))
+		out, errOut, code := kubectlTeardown("plan", "cluster.postgresql.cnpg.io/orders", "-n", ns)
+		Expect(code).To(Equal(cli.ExitOK), errOut)
+		sa := "system:serviceaccount:" + ns + ":backup"
+		Expect(out).To(ContainSubstring("final-backup (resource): create Backup " + ns + "/orders-final as ServiceAccount " + ns + "/backup, then wait until"))
+		Expect(out).To(ContainSubstring("may " + sa + " create backups.postgresql.cnpg.io in " + ns + "? allowed"))
+		Expect(out).To(ContainSubstring("may " + sa + " get backups.postgresql.cnpg.io in " + ns + "? NOT ALLOWED: the step would fail"))
+		Expect(out).To(ContainSubstring("online: false"), "the Backup rendered, a whole ${...} typed")
+		var backups unstructured.UnstructuredList
+		backups.SetAPIVersion("postgresql.cnpg.io/v1")
+		backups.SetKind("BackupList")
+		Expect(k8s.List(ctx, &backups, client.InNamespace(ns))).To(Succeed())
+		Expect(backups.Items).To(BeEmpty(), "a plan creates nothing")
 	})
 })

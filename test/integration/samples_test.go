@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -35,7 +36,8 @@ var (
 	// (samples/crds/*.yaml).
 	exampleCRDs = filepath.Join(samplesDir, "crds")
 	// upstreamCRDs holds copies of the published CRDs of other projects' operators that samples
-	// protect (CloudNativePG, AWS ACK, Strimzi): test/testdata/crds, each naming its source.
+	// protect or create (CloudNativePG, AWS ACK, Strimzi, external-snapshotter, Velero):
+	// test/testdata/crds, each naming its source.
 	upstreamCRDs = filepath.Join("..", "testdata", "crds")
 )
 
@@ -64,21 +66,36 @@ func loadSample(path string) []*unstructured.Unstructured {
 	return objs
 }
 
-// createSample creates the objects of a sample: namespaced ones in ns, cluster-scoped ones
+// createSample creates the objects of a sample (its policies, and the ServiceAccounts, Roles and
+// RoleBindings its resource steps act as): namespaced ones in ns, cluster-scoped ones
 // cluster-wide (deleted, and waited for, when the spec ends). Unknown fields fail the create, so
 // a sample cannot carry a field the CRDs would silently drop. It returns the teardown policies
 // it created, typed.
 func createSample(ctx context.Context, path, ns string) []client.Object {
 	var policies []client.Object
 	for _, u := range loadSample(path) {
-		Expect(u.GetNamespace()).To(BeEmpty(), "%s: %s %s sets metadata.namespace; samples are applied with -n", path, u.GetKind(), u.GetName())
 		var typed client.Object
+		switch kind := u.GetKind(); {
+		case u.GetNamespace() != "" && (kind == "ServiceAccount" || kind == "Role" || kind == "RoleBinding"):
+			// A cluster policy's ServiceAccount, in a namespace of its own (Velero's, say).
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: u.GetNamespace()}}
+			Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, ns))).To(Succeed())
+		case u.GetNamespace() != "":
+			Fail(fmt.Sprintf("%s: %s %s sets metadata.namespace; samples are applied with -n", path, kind, u.GetName()))
+		}
 		switch u.GetKind() {
 		case "TeardownPolicy":
 			u.SetNamespace(ns)
 			typed = &v1alpha1.TeardownPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: u.GetName()}}
 		case "ClusterTeardownPolicy":
 			typed = &v1alpha1.ClusterTeardownPolicy{ObjectMeta: metav1.ObjectMeta{Name: u.GetName()}}
+		case "ServiceAccount", "Role", "RoleBinding":
+			// What a resource step acts as, shipped with its policy.
+			if u.GetNamespace() == "" {
+				u.SetNamespace(ns)
+			}
+			Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, u, client.FieldValidation("Strict")))).To(Succeed(), "%s: the API server refused %s %s", path, u.GetKind(), u.GetName())
+			continue
 		default:
 			Fail(path + ": unexpected kind " + u.GetKind() + " in a sample; teach samples_test.go about it")
 		}
@@ -140,6 +157,9 @@ func expectCRDNamed(f string, kinds, upstream map[schema.GroupVersionKind]string
 	Expect(err).NotTo(HaveOccurred())
 	header := headerOf(raw)
 	for _, u := range loadSample(f) {
+		if k := u.GetKind(); k != "TeardownPolicy" && k != "ClusterTeardownPolicy" {
+			continue // what a resource step acts as
+		}
 		apiVersion, _, _ := unstructured.NestedString(u.Object, "spec", "targetRef", "apiVersion")
 		kind, _, _ := unstructured.NestedString(u.Object, "spec", "targetRef", "kind")
 		gv, err := schema.ParseGroupVersion(apiVersion)
