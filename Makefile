@@ -181,6 +181,10 @@ bench: control-plane build ## Teardown benchmark, side by side: raw floor, hand-
 bench-scale: control-plane build ## Teardown benchmark at scale, peer and operator: 100,000 targets in 100 namespaces (one ClusterTeardownPolicy), 10,000 of them deleted; memory per protected object.
 	$(GO) run ./test/bench -n 100000 -namespaces 100 -delete 10000 -contenders peer,operator
 
+.PHONY: bench-resource
+bench-resource: control-plane build ## Teardown benchmark of a resource step (a create as a ServiceAccount), peer, operator, and the same as a job step; 3 rounds.
+	$(GO) run ./test/bench -n $${N:-1000} -step resource -rounds 3 -contenders peer,operator,operator-job
+
 .PHONY: bench-namespace
 bench-namespace: control-plane build ## Teardown benchmark of a namespace deletion, peer and operator: 10,000 targets, their namespace deleted.
 	$(GO) run ./test/bench -n 10000 -namespace -contenders peer,operator

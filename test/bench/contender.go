@@ -29,6 +29,9 @@ const (
 	// contenderAll is teardown-operator in the audit mode: a TeardownRun for every deletion
 	// (spec.runHistory All).
 	contenderAll = "operator-all"
+	// contenderJob is teardown-operator at its defaults with -step resource's pipeline written as a
+	// job step (a Job running kubectl): not in the default lineup, and only with -step resource.
+	contenderJob = "operator-job"
 )
 
 // rawFinalizer is the finalizer the raw contender's objects are created with.
@@ -41,6 +44,8 @@ type contender struct {
 	start func(o options, kubeconfig string, modeArgs []string) (*process, error)
 	// policy is the teardown-operator policy's runHistory; nil for the others.
 	policy *v1alpha1.RunHistory
+	// jobStep writes -step resource's pipeline as a job step instead (operator-job).
+	jobStep bool
 	// arm makes the contender protect the app=bench ConfigMaps of the namespaces.
 	arm func(ctx context.Context, c client.Client, namespaces []string, steps []v1alpha1.Step) error
 	// ready reports whether it is ready to protect them; nil: as soon as it is armed.
@@ -51,12 +56,29 @@ type contender struct {
 
 func contenders() map[string]contender {
 	none := func(context.Context, client.Client, []string, []v1alpha1.Step) error { return nil }
+	job := operatorContender(contenderJob, "")
+	job.jobStep = true
 	return map[string]contender{
 		contenderRaw:      {name: contenderRaw, arm: none, protected: finalizedBy(rawFinalizer)},
 		contenderPeer:     {name: contenderPeer, start: startPeer, arm: none, protected: finalizedBy("peer.example.com/cleanup")},
 		contenderOperator: operatorContender(contenderOperator, ""),
 		contenderAll:      operatorContender(contenderAll, v1alpha1.RunHistoryAll),
+		contenderJob:      job,
 	}
+}
+
+// policySteps are the operator policy's steps for -step. They name the local server's address and,
+// with -step resource, the targets' namespaces, so they are built once both exist.
+func (b *bench) policySteps() []v1alpha1.Step {
+	switch b.o.step {
+	case stepHTTP:
+		return []v1alpha1.Step{httpStep(b.ep.addr())}
+	case stepPipeline:
+		return []v1alpha1.Step{framework.WaitStep("before", 0), httpStep(b.ep.addr()), framework.WaitStep("after", 0)}
+	case stepResource:
+		return []v1alpha1.Step{recordStep(b.namespaces, b.contender.jobStep)}
+	}
+	return []v1alpha1.Step{framework.WaitStep("noop", 0)}
 }
 
 // operatorContender is teardown-operator with a policy keeping the given run history ("": the

@@ -190,35 +190,46 @@ func httpReport(ctx context.Context, ep *endpoint, metricsAddr, logPath string, 
 			pct(completion, 50), pct(completion, 99), completion[len(completion)-1].Round(time.Millisecond))
 	}
 
-	hist, err := scrapeStepHistogram(ctx, metricsAddr)
-	if err != nil {
-		fmt.Printf("  http step duration (operator metric): unavailable: %v\n", err)
-	} else {
-		phases := make([]string, 0, len(hist))
-		for ph := range hist {
-			phases = append(phases, ph)
-		}
-		sort.Strings(phases)
-		if len(phases) == 0 {
-			fmt.Printf("  http step duration (operator metric): no observations of step %q\n", httpStepName)
-		}
-		for _, ph := range phases {
-			h := hist[ph]
-			fmt.Printf("  http step duration, operator's teardown_step_duration_seconds{step=%q,phase=%q}: %d observations, mean %s,\n",
-				httpStepName, ph, h.count, secs(h.sum/float64(max(h.count, 1))))
-			fmt.Printf("      p50 / p99 %s / %s  (bucket-interpolated: linear inside the bucket; %s)\n",
-				secs(h.quantile(0.50)), secs(h.quantile(0.99)), h.describe())
-		}
-	}
-	if n, first, err := logErrors(logPath); err != nil {
-		fmt.Printf("  operator log: %v\n", err)
-	} else {
-		fmt.Printf("  operator log: %d error lines\n", n)
-		for _, l := range first {
-			fmt.Printf("      %s\n", l)
-		}
-	}
+	printStepDuration(ctx, metricsAddr, "http", httpStepName)
+	printLogErrors(logPath)
 	return nil
+}
+
+// printStepDuration prints the operator's own measure of the step, of the given kind, by phase.
+func printStepDuration(ctx context.Context, metricsAddr, kind, step string) {
+	hist, err := scrapeStepHistogram(ctx, metricsAddr, step)
+	if err != nil {
+		fmt.Printf("  %s step duration (operator metric): unavailable: %v\n", kind, err)
+		return
+	}
+	phases := make([]string, 0, len(hist))
+	for ph := range hist {
+		phases = append(phases, ph)
+	}
+	sort.Strings(phases)
+	if len(phases) == 0 {
+		fmt.Printf("  %s step duration (operator metric): no observations of step %q\n", kind, step)
+	}
+	for _, ph := range phases {
+		h := hist[ph]
+		fmt.Printf("  %s step duration, operator's teardown_step_duration_seconds{step=%q,phase=%q}: %d observations, mean %s,\n",
+			kind, step, ph, h.count, secs(h.sum/float64(max(h.count, 1))))
+		fmt.Printf("      p50 / p99 %s / %s  (bucket-interpolated: linear inside the bucket; %s)\n",
+			secs(h.quantile(0.50)), secs(h.quantile(0.99)), h.describe())
+	}
+}
+
+// printLogErrors prints how many error lines the operator logged, and the first few.
+func printLogErrors(logPath string) {
+	n, first, err := logErrors(logPath)
+	if err != nil {
+		fmt.Printf("  operator log: %v\n", err)
+		return
+	}
+	fmt.Printf("  operator log: %d error lines\n", n)
+	for _, l := range first {
+		fmt.Printf("      %s\n", l)
+	}
 }
 
 func sortDurations(d []time.Duration) { sort.Slice(d, func(i, j int) bool { return d[i] < d[j] }) }
@@ -279,9 +290,9 @@ func (h histogram) describe() string {
 	return "buckets " + strings.Join(parts, ", ")
 }
 
-// scrapeStepHistogram reads the operator's teardown_step_duration_seconds for the bench's http
-// step, by phase.
-func scrapeStepHistogram(ctx context.Context, addr string) (map[string]histogram, error) {
+// scrapeStepHistogram reads the operator's teardown_step_duration_seconds for the bench's step
+// of that name, by phase.
+func scrapeStepHistogram(ctx context.Context, addr, step string) (map[string]histogram, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
 		return nil, err
@@ -309,7 +320,7 @@ func scrapeStepHistogram(ctx context.Context, addr string) (map[string]histogram
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
-		if labels["step"] != httpStepName {
+		if labels["step"] != step {
 			continue
 		}
 		ph := m.GetHistogram()

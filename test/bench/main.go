@@ -11,6 +11,11 @@
 // has one wait step of 0s; -step http makes it one http step that POSTs to a server the benchmark
 // runs on 127.0.0.1, and -step pipeline three steps (wait 0s, that POST, wait 0s); the benchmark then
 // also prints the requests received, duplicates, and the operator's step-duration histogram.
+// -step resource makes it one resource step that creates a record ConfigMap per deleted target as
+// the ServiceAccount bench-recorder (impersonated), and waits for a condition on it that holds at
+// once; the benchmark prints how many records exist afterwards. The operator-job contender (not run
+// by default, -step resource only) writes that pipeline as a job step, a Job running kubectl as that
+// ServiceAccount: kwok runs no container, so it measures the operator's Job handling, not kubectl.
 // -namespace deletes the namespace instead of each object; -profile takes CPU profiles.
 // -namespaces K spreads the targets over K namespaces, which the operator then protects with one
 // ClusterTeardownPolicy; -delete M deletes only M of them (spread over the namespaces) and measures
@@ -19,6 +24,7 @@
 //
 //	go run ./test/bench -n 1000
 //	go run ./test/bench -n 1000 -step pipeline
+//	go run ./test/bench -n 1000 -step resource -contenders peer,operator,operator-job
 //	go run ./test/bench -n 10000 -namespace -contenders peer,operator
 //	go run ./test/bench -n 100000 -namespaces 100 -delete 10000 -contenders peer,operator
 package main
@@ -91,10 +97,10 @@ func parseFlags() options {
 	flag.StringVar(&o.operatorBin, "operator", "bin/teardown-operator", "operator binary (make build)")
 	flag.DurationVar(&o.timeout, "timeout", 0, "give up on a contender after this long (0: 10m, or 30ms per target when that is longer)")
 	flag.StringVar(&o.extraArgs, "operator-args", "", "extra operator flags, space-separated (the default is none: production defaults)")
-	flag.StringVar(&o.step, "step", stepWait, "the policy's steps: wait (one, duration 0), http (one, a POST to a local server) or pipeline (wait 0s, http, wait 0s)")
+	flag.StringVar(&o.step, "step", stepWait, "the policy's steps: wait (one, duration 0), http (one, a POST to a local server), pipeline (wait 0s, http, wait 0s) or resource (one, creating a record ConfigMap per target as a ServiceAccount)")
 	flag.DurationVar(&o.httpDelay, "http-delay", 0, "with -step http, how long the local server waits before it answers")
 	flag.DurationVar(&o.profile, "profile", 0, "profile the operator's CPU for this long from the first delete, its allocations, and its heap in use before the deletes, through --pprof-bind-address (bin/bench-operator.*.pprof)")
-	flag.StringVar(&o.contenders, "contenders", "raw,peer,operator,operator-all", "who protects the targets, each on a fresh cluster: raw (the benchmark releases them itself), peer (a hand-written controller), operator (its defaults: runHistory SkipImmediateSuccess), operator-all (runHistory All, a TeardownRun for every deletion)")
+	flag.StringVar(&o.contenders, "contenders", "raw,peer,operator,operator-all", "who protects the targets, each on a fresh cluster: raw (the benchmark releases them itself), peer (a hand-written controller), operator (its defaults: runHistory SkipImmediateSuccess), operator-all (runHistory All, a TeardownRun for every deletion); with -step resource also operator-job (that pipeline as a job step running kubectl, whose pod kwok completes without running it)")
 	flag.BoolVar(&o.namespace, "namespace", false, "delete the targets' namespace instead of each target, and time until the namespace is gone")
 	flag.BoolVar(&o.writeCost, "write-cost", false, "instead of a teardown, measure the API server's and etcd's CPU per create of each object a teardown writes (a ConfigMap, an event, a TeardownRun) and per release of a terminating object, for each way of releasing it")
 	flag.Parse()
@@ -103,8 +109,8 @@ func parseFlags() options {
 
 // resolve checks the flags against each other and fills in the defaults that depend on others.
 func (o *options) resolve() error {
-	if o.step != stepWait && o.step != stepHTTP && o.step != stepPipeline {
-		return fmt.Errorf("-step must be wait, http or pipeline, not %q", o.step)
+	if err := o.checkStep(); err != nil {
+		return err
 	}
 	if o.namespaces < 1 || o.namespaces > o.n {
 		return fmt.Errorf("-namespaces must be between 1 and -n (%d), not %d", o.n, o.namespaces)
@@ -128,7 +134,7 @@ func (o *options) resolve() error {
 		return errors.New("-namespace: the raw floor releases its objects itself, one by one; leave it out of -contenders")
 	}
 	if o.step != stepWait && !flagSet("contenders") {
-		o.contenders = contenderOperator + "," + contenderAll // only the operator has http steps
+		o.contenders = contenderOperator + "," + contenderAll // only the operator runs the steps
 	}
 	if o.timeout == 0 {
 		// Creating, protecting and deleting run at a few hundred objects/s on 2 cores, the
@@ -148,6 +154,7 @@ const (
 	stepWait     = "wait"
 	stepHTTP     = "http"
 	stepPipeline = "pipeline"
+	stepResource = "resource"
 )
 
 // flagSet reports whether the command line set the flag.

@@ -58,7 +58,10 @@ func (b *bench) measure(ctx context.Context, r *result, before map[string]int, k
 		r.peak = b.proc.peak()
 	}
 	b.print(r, lat, writes)
-	if b.o.step != stepWait {
+	switch {
+	case b.o.step == stepResource:
+		return b.resourceReport(ctx, keys)
+	case b.o.step != stepWait && b.proc != nil: // the raw floor has no process, and no log
 		return httpReport(ctx, b.ep, b.metrics, b.proc.log.Name(), keys, deletedAt, goneAt)
 	}
 	return nil
@@ -71,6 +74,10 @@ func (b *bench) print(r *result, lat []time.Duration, writes map[string]int) {
 		fmt.Printf("\nteardown benchmark, %s: %s, one http step (POST to a local server answering after %s), operator defaults + --http-allowed-destinations\n", r.contender, targets, b.o.httpDelay)
 	case b.o.step == stepPipeline:
 		fmt.Printf("\nteardown benchmark, %s: %s, three steps (wait 0s, http POST to a local server answering after %s, wait 0s), operator defaults + --http-allowed-destinations\n", r.contender, targets, b.o.httpDelay)
+	case b.o.step == stepResource && b.contender.jobStep:
+		fmt.Printf("\nteardown benchmark, %s: %s, %s, defaults\n", r.contender, targets, describeRecordJob)
+	case b.o.step == stepResource:
+		fmt.Printf("\nteardown benchmark, %s: %s, %s, defaults\n", r.contender, targets, describeRecord)
 	default:
 		fmt.Printf("\nteardown benchmark, %s: %s, one wait step (duration 0), defaults\n", r.contender, targets)
 	}
@@ -149,6 +156,14 @@ func describeSteps(step string) string {
 		return "one http step"
 	case stepPipeline:
 		return "three steps (wait 0s, http, wait 0s)"
+	case stepResource:
+		return describeRecord + "; " + contenderJob + ": " + describeRecordJob
 	}
 	return "one wait step (duration 0)"
 }
+
+// What -step resource's two forms of the pipeline do.
+const (
+	describeRecord    = "one resource step (create a record ConfigMap as ServiceAccount " + recorderName + ", impersonated; its condition holds at once)"
+	describeRecordJob = "the same as one job step (a Job running kubectl create as " + recorderName + "; kwok runs no container, its pod completes at once)"
+)

@@ -12,7 +12,7 @@ func lineup(o options) ([]contender, error) {
 	for _, name := range strings.Split(o.contenders, ",") {
 		c, ok := contenders()[strings.TrimSpace(name)]
 		if !ok {
-			return nil, fmt.Errorf("-contenders: no contender %q (raw, peer, operator, operator-all)", name)
+			return nil, fmt.Errorf("-contenders: no contender %q (raw, peer, operator, operator-all, operator-job)", name)
 		}
 		cs = append(cs, c)
 	}

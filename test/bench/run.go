@@ -62,13 +62,13 @@ func runOne(o options, con contender, round int) (*result, error) {
 	if err := b.connect(ctx); err != nil {
 		return nil, err
 	}
-	steps, err := b.startContender()
+	err = b.startContender()
+	defer b.stop()
 	if err != nil {
 		return nil, err
 	}
-	defer b.stop()
 	r := &result{contender: con.name, rssIdle: -1, rssProtected: -1, peak: -1, rssRetained: -1}
-	if err := b.arm(ctx, steps); err != nil {
+	if err := b.arm(ctx); err != nil {
 		return nil, err
 	}
 	if b.proc != nil {
@@ -109,37 +109,38 @@ func (b *bench) connect(ctx context.Context) error {
 	return client.IgnoreAlreadyExists(b.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "teardown-system"}}))
 }
 
-// startContender starts the contender's process and returns the policy's steps.
-func (b *bench) startContender() ([]v1alpha1.Step, error) {
-	steps := []v1alpha1.Step{framework.WaitStep("noop", 0)}
+// startContender starts the contender's process, and what -step needs with it: the local server
+// of the http steps, and a known metrics address for the operator's step-duration histogram.
+func (b *bench) startContender() error {
 	var modeArgs []string
+	var err error
 	if b.o.step != stepWait {
-		var err error
-		if b.ep, err = startEndpoint(b.o.httpDelay); err != nil {
-			return nil, err
-		}
 		if b.metrics, err = freeAddr(); err != nil {
-			return nil, err
+			return err
 		}
-		modeArgs = []string{"--metrics-bind-address=" + b.metrics, "--http-allowed-destinations=" + b.ep.addr()}
-		steps = []v1alpha1.Step{httpStep(b.ep.addr())}
-		if b.o.step == stepPipeline {
-			steps = []v1alpha1.Step{framework.WaitStep("before", 0), httpStep(b.ep.addr()), framework.WaitStep("after", 0)}
+		modeArgs = []string{"--metrics-bind-address=" + b.metrics}
+	}
+	if b.o.step == stepHTTP || b.o.step == stepPipeline {
+		if b.ep, err = startEndpoint(b.o.httpDelay); err != nil {
+			return err
 		}
-		fmt.Printf("http endpoint %s, operator metrics %s\n", b.ep.addr(), b.metrics)
+		modeArgs = append(modeArgs, "--http-allowed-destinations="+b.ep.addr())
+		fmt.Printf("http endpoint %s\n", b.ep.addr())
 	}
 	if b.contender.start == nil {
-		return steps, nil
+		return nil
 	}
-	var err error
+	if b.metrics != "" && b.contender.policy != nil {
+		fmt.Printf("operator metrics %s\n", b.metrics)
+	}
 	if b.o.profile > 0 && b.contender.policy != nil {
 		if b.pprof, err = freeAddr(); err != nil {
-			return nil, err
+			return err
 		}
 		modeArgs = append(modeArgs, "--pprof-bind-address="+b.pprof)
 	}
 	b.proc, err = b.contender.start(b.o, b.kubeconfig, modeArgs)
-	return steps, err
+	return err
 }
 
 func (b *bench) stop() {

@@ -8,8 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 )
 
 // namespaceOf is target i's namespace: the targets are dealt to the namespaces in turn, so that
@@ -42,13 +40,20 @@ func describeTargets(o options) string {
 	return s
 }
 
-// arm creates the targets' namespaces, has the contender protect their targets, and waits until
-// it is ready to, so that neither its start nor its policy's is timed as protecting.
-func (b *bench) arm(ctx context.Context, steps []v1alpha1.Step) error {
+// arm creates the targets' namespaces (and with -step resource the ServiceAccount the steps act
+// as), has the contender protect their targets, and waits until it is ready to, so that neither
+// its start nor its policy's is timed as protecting.
+func (b *bench) arm(ctx context.Context) error {
 	if err := b.makeNamespaces(ctx); err != nil {
 		return err
 	}
-	if err := b.contender.arm(ctx, b.c, b.namespaces, steps); err != nil {
+	if b.o.step == stepResource {
+		// On every contender's cluster, the peer's too, so that all hold the same objects.
+		if err := b.makeRecorder(ctx); err != nil {
+			return fmt.Errorf("creating the ServiceAccount %s and its RBAC: %w", recorderName, err)
+		}
+	}
+	if err := b.contender.arm(ctx, b.c, b.namespaces, b.policySteps()); err != nil {
 		return err
 	}
 	if b.contender.ready == nil {

@@ -28,6 +28,8 @@ func TestResolve(t *testing.T) {
 		{name: "namespace deletion over several", o: with(func(o *options) { o.namespace, o.namespaces = true, 4 }), err: true},
 		{name: "namespace deletion of some", o: with(func(o *options) { o.namespace, o.deletes = true, 10 }), err: true},
 		{name: "no round", o: with(func(o *options) { o.rounds = 0 }), err: true},
+		{name: "resource", o: with(func(o *options) { o.step, o.contenders = stepResource, "peer,operator,operator-job" }), deletes: 1000, timeout: 10 * time.Minute},
+		{name: "job step without -step resource", o: with(func(o *options) { o.contenders = "peer,operator-job" }), err: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.o

@@ -95,15 +95,15 @@ func writeCost(o options) error {
 
 // recordedRun lets the operator tear one object down and returns the run it recorded.
 func (b *bench) recordedRun(ctx context.Context) (*v1alpha1.TeardownRun, error) {
-	steps, err := b.startContender()
+	err := b.startContender()
+	defer b.stop()
 	if err != nil {
 		return nil, err
 	}
-	defer b.stop()
 	saved := b.o
 	b.o.n, b.o.namespaces, b.o.deletes = 1, 1, 1
 	defer func() { b.o = saved }()
-	if err := b.arm(ctx, steps); err != nil {
+	if err := b.arm(ctx); err != nil {
 		return nil, err
 	}
 	if _, err := b.protect(ctx); err != nil {
