@@ -28,9 +28,6 @@ type accessReport struct {
 func (k *kube) reviewAccess(ctx context.Context, needs []steps.Access) []accessReport {
 	var out []accessReport
 	for _, n := range needs {
-		if n.User == "" {
-			continue // the operator's own rights: its ClusterRole, as installed
-		}
 		rep := accessReport{User: n.User, Verb: n.Verb, Namespace: n.Namespace, Name: n.Name, Resource: n.GVK.Kind}
 		m, err := k.mapper.RESTMapping(n.GVK.GroupKind(), n.GVK.Version)
 		if err != nil {
@@ -41,6 +38,12 @@ func (k *kube) reviewAccess(ctx context.Context, needs []steps.Access) []accessR
 		rep.Resource = m.Resource.GroupResource().String()
 		if n.Subresource != "" {
 			rep.Resource += "/" + n.Subresource
+		}
+		if n.User == "" {
+			// The operator's own rights: whatever its ClusterRole grants, which plan cannot see.
+			rep.Reason = operatorRights
+			out = append(out, rep)
+			continue
 		}
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: n.User, Groups: n.Groups,
@@ -60,11 +63,17 @@ func (k *kube) reviewAccess(ctx context.Context, needs []steps.Access) []accessR
 	return out
 }
 
+// operatorRights is the answer for a call a step makes with the operator's own rights.
+const operatorRights = "not asked: the step acts with the operator's own rights, which its ClusterRole decides (the shipped one grants get, list, watch, patch, update and delete on every kind, not create)"
+
 // String says the answer in a line of the plan.
 func (a accessReport) String() string {
 	where := ""
 	if a.Namespace != "" {
 		where = " in " + a.Namespace
+	}
+	if a.User == "" {
+		return fmt.Sprintf("as the operator: %s %s%s: %s", a.Verb, a.Resource, where, a.Reason)
 	}
 	verdict := "allowed"
 	if !a.Allowed {

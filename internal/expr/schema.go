@@ -1,6 +1,8 @@
 package expr
 
 import (
+	"regexp"
+
 	apiservercel "k8s.io/apiserver/pkg/cel"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 )
@@ -8,6 +10,11 @@ import (
 // maxSchemaDepth bounds how deep a published schema is typed; below it, values are dyn. Real
 // kinds are far shallower; the bound only stops a recursive schema.
 const maxSchemaDepth = 32
+
+// identifier is a property name CEL selects as a field (resource.metadata.namespace): unlike
+// Kubernetes' validation rules, which see escaped names (__namespace__), expressions here read the
+// object's own keys.
+var identifier = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 
 // SchemaType declares the type of a Kubernetes object from the OpenAPI schema the cluster
 // publishes for its kind (references resolved), as it looks as unstructured data, like TypeOf:
@@ -53,11 +60,12 @@ func objectDecl(s *spec.Schema, name string, depth int) *apiservercel.DeclType {
 	}
 	fields := make(map[string]*apiservercel.DeclField, len(s.Properties))
 	for prop, ps := range s.Properties {
-		escaped, ok := apiservercel.Escape(prop)
-		if !ok {
-			continue
+		if !identifier.MatchString(prop) {
+			// Values are plain maps, read by their real keys: an object with a key CEL cannot
+			// select (last-seen, a.b) is a map, so that resource.status['last-seen'] works.
+			return apiservercel.NewMapType(apiservercel.StringType, apiservercel.DynType, -1)
 		}
-		fields[escaped] = apiservercel.NewDeclField(escaped, schemaDecl(&ps, name+"."+prop, depth+1), false, nil, nil)
+		fields[prop] = apiservercel.NewDeclField(prop, schemaDecl(&ps, name+"."+prop, depth+1), false, nil, nil)
 	}
 	if s.Extensions != nil {
 		if embedded, _ := s.Extensions.GetBool("x-kubernetes-embedded-resource"); embedded {

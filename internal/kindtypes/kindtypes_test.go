@@ -57,7 +57,8 @@ const backupDoc = `{"components": {"schemas": {
         "cluster": {"type": "object", "properties": {"name": {"type": "string"}}},
         "target": {"x-kubernetes-int-or-string": true},
         "parameters": {"type": "object", "additionalProperties": {"type": "string"}},
-        "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
+        "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+        "odd": {"type": "object", "properties": {"last-seen": {"type": "string"}}}}},
       "status": {"type": "object", "properties": {
         "phase": {"type": "string"},
         "startedAt": {"type": "string", "format": "date-time"},
@@ -66,7 +67,7 @@ const backupDoc = `{"components": {"schemas": {
     }
   },
   "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta": {"type": "object", "properties": {
-    "name": {"type": "string"}, "labels": {"type": "object", "additionalProperties": {"type": "string"}}}}
+    "name": {"type": "string"}, "namespace": {"type": "string"}, "labels": {"type": "object", "additionalProperties": {"type": "string"}}}}
 }}}`
 
 // scripted is a cluster's OpenAPI v3 discovery: group-version paths, each with a document and the

@@ -3,6 +3,7 @@ package resource
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -13,8 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/teardown-dev/teardown-operator/internal/fence"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
 )
 
 // Identity is whom a step's API calls are made as: a ServiceAccount, or (zero) the operator.
@@ -61,15 +64,23 @@ type API interface {
 	Get(ctx context.Context, id Identity, ref Ref) (*unstructured.Unstructured, error)
 	List(ctx context.Context, id Identity, gvk schema.GroupVersionKind, namespace string, sel labels.Selector, limit int64) ([]unstructured.Unstructured, error)
 	Create(ctx context.Context, id Identity, obj *unstructured.Unstructured) (*unstructured.Unstructured, error)
-	// Apply is a server-side apply of obj with the operator's field manager, forcing conflicts.
-	Apply(ctx context.Context, id Identity, obj *unstructured.Unstructured) (*unstructured.Unstructured, error)
+	// Apply is a server-side apply of obj by the field manager manager, forcing conflicts.
+	Apply(ctx context.Context, id Identity, obj *unstructured.Unstructured, manager string) (*unstructured.Unstructured, error)
 	Patch(ctx context.Context, id Identity, ref Ref, pt types.PatchType, data []byte, subresource string) (*unstructured.Unstructured, error)
 	// Delete deletes the object with the UID uid (any, when empty).
 	Delete(ctx context.Context, id Identity, ref Ref, propagation metav1.DeletionPropagation, uid types.UID) error
 }
 
-// FieldManager is the field manager of the step's server-side applies and other writes.
+// FieldManager is the field manager of the step's creates and patches. A server-side apply has a
+// manager of its own per policy and step (ApplyManager): one manager's apply removes the fields it
+// no longer sends, so two steps applying parts of one object must not share one.
 const FieldManager = "teardown-operator"
+
+// ApplyManager is the field manager of a step's server-side applies: teardown-operator/<policy
+// kind>/<policy namespace>/<policy name>/<step>, shortened with a hash past 128 characters.
+func ApplyManager(policyKind, policyNamespace, policyName, step string) string {
+	return naming.Shorten(strings.Join([]string{FieldManager, policyKind, policyNamespace, policyName, step}, "/"), 128)
+}
 
 // Dynamic is the API through the API server: a dynamic client per identity, impersonating the
 // ServiceAccount (the operator needs the impersonate verb on serviceaccounts, nothing else of
@@ -90,6 +101,12 @@ const maxClients = 256
 // NewDynamic returns the API through the API server of config. fenceCheck, when set, is checked
 // before every write (internal/fence).
 func NewDynamic(config *rest.Config, mapper meta.RESTMapper, fenceCheck func() error) *Dynamic {
+	if config != nil && config.RateLimiter == nil && config.QPS > 0 {
+		// One limit for every identity's client, as for one client: clients of their own would
+		// each get a bucket of their own, and the operator's rate would grow with them.
+		config = rest.CopyConfig(config)
+		config.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(config.QPS, config.Burst)
+	}
 	return &Dynamic{config: config, mapper: mapper, fence: fenceCheck, clients: map[Identity]dynamic.Interface{}}
 }
 
@@ -176,12 +193,12 @@ func (d *Dynamic) Create(ctx context.Context, id Identity, obj *unstructured.Uns
 }
 
 // Apply implements API.
-func (d *Dynamic) Apply(ctx context.Context, id Identity, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+func (d *Dynamic) Apply(ctx context.Context, id Identity, obj *unstructured.Unstructured, manager string) (*unstructured.Unstructured, error) {
 	r, err := d.resource(id, obj.GroupVersionKind(), obj.GetNamespace())
 	if err != nil {
 		return nil, err
 	}
-	return r.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	return r.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: manager, Force: true})
 }
 
 // Patch implements API.

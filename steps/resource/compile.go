@@ -179,6 +179,8 @@ func (a *action) compileTarget(cc steps.CompileContext, r *v1alpha1.ResourceStep
 		errs = append(errs, field.Invalid(tp, "", "set exactly one of name or selector"))
 	case t.Selector != nil && r.Action != v1alpha1.ResourceDelete:
 		errs = append(errs, field.Forbidden(tp.Child("selector"), "is for Delete only; a Patch names its object"))
+	case t.Selector != nil && len(t.Selector.MatchLabels) == 0 && len(t.Selector.MatchExpressions) == 0:
+		errs = append(errs, field.Required(tp.Child("selector"), "an empty selector picks every object of the kind: name the labels of the objects to delete"))
 	case t.Selector != nil:
 		sel, serrs := lookup.CompileLabelSelector(cc.Env, t.Selector, tp.Child("selector"))
 		errs, a.selector = append(errs, serrs...), &sel

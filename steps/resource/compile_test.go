@@ -177,6 +177,11 @@ action: Create
 serviceAccountName: backup
 manifest: {apiVersion: v1, kind: ConfigMap, metadata: {name: "${object.metadata.name"}}`,
 			want: []string{p + `manifest.metadata.name: Invalid value:`}},
+		"an empty selector": {src: `
+action: Delete
+serviceAccountName: backup
+target: {apiVersion: v1, kind: ConfigMap, selector: {}}`,
+			want: []string{p + `target.selector: Required value: an empty selector picks every object of the kind`}},
 		"propagationPolicy on a Create": {src: backupManifest + `propagationPolicy: Foreground`,
 			want: []string{p + `propagationPolicy: Forbidden: is for action Delete only`}},
 		"teardown.dev objects": {cluster: true, src: `

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/teardown-dev/teardown-operator/internal/lookup"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -33,6 +34,8 @@ func (a *action) deleteNamed(ctx context.Context, in *steps.Input, st state) ste
 		return a.finish(a.apiFailure(err, "get", ref), st, ref)
 	case st.UID != "" && obj.GetUID() != st.UID:
 		return a.finish(steps.Done("%s deleted and gone (an object of that name, uid %s, has been created since)", ref, obj.GetUID()), st, ref)
+	case obj.GetUID() == in.Run.Spec.Target.UID:
+		return steps.Fail(false, "%s is the object being torn down, which the operator holds until the pipeline ends: a step cannot delete it (its deletion is the pipeline's end; with trigger DeleteRequest the operator deletes it)", ref)
 	}
 	if obj.GetDeletionTimestamp() == nil {
 		err := a.api.Delete(ctx, a.id, ref, a.propagation, obj.GetUID())
@@ -67,7 +70,7 @@ func (a *action) deleteSelected(ctx context.Context, in *steps.Input, st state) 
 	}
 	sel, err := a.selector.Render(ctx, in.Vars)
 	if err != nil {
-		return steps.Fail(false, "target.%v", err)
+		return steps.Fail(false, "target.%s", strings.TrimPrefix(err.Error(), lookup.ErrRefused.Error()+": "))
 	}
 	what := fmt.Sprintf("%s objects matching %q", a.gvk.Kind, sel)
 	if ref.Namespace != "" {
@@ -80,6 +83,12 @@ func (a *action) deleteSelected(ctx context.Context, in *steps.Input, st state) 
 	if len(items) > MaxDelete {
 		return steps.Fail(false, "more than %d %s: a step deletes at most %d; narrow the selector", MaxDelete, what, MaxDelete)
 	}
+	if len(items) == 0 {
+		return a.finish(steps.Done("no %s are left", what), st, ref)
+	}
+	items = slices.DeleteFunc(items, func(it unstructured.Unstructured) bool {
+		return it.GetUID() == in.Run.Spec.Target.UID // the object being torn down: the pipeline's end deletes it
+	})
 	if len(items) == 0 {
 		return a.finish(steps.Done("no %s are left", what), st, ref)
 	}
@@ -99,6 +108,7 @@ func (a *action) deleteSelected(ctx context.Context, in *steps.Input, st state) 
 	// What nothing holds is gone at once: list again rather than wait for watch events that may
 	// have come before the watch of the kind started.
 	if left, err := a.api.List(ctx, a.id, a.gvk, ref.Namespace, sel, MaxDelete+1); err == nil {
+		left = slices.DeleteFunc(left, func(it unstructured.Unstructured) bool { return it.GetUID() == in.Run.Spec.Target.UID })
 		if len(left) == 0 {
 			return a.finish(steps.Done("deleted %d %s; none is left", len(items), what), st, ref)
 		}

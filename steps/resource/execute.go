@@ -114,7 +114,12 @@ func (a *action) judge(ctx context.Context, in *steps.Input, st state, ref Ref, 
 		prefix += " " + done
 	}
 	if a.failure != nil {
-		if bad, err := a.failure.EvalBool(ctx, vars); err == nil && bad {
+		bad, err := a.failure.EvalBool(ctx, vars)
+		switch {
+		case err != nil:
+			// Not a success either: the object is looked at again, as for successCondition.
+			return a.finish(steps.Waiting(a.interval, "%s; failureCondition: %v%s", prefix, err, summary(obj)), st, ref)
+		case bad:
 			return a.finish(steps.Fail(true, "%s: failureCondition holds: %s%s", prefix, a.failure, summary(obj)), st, ref)
 		}
 	}
@@ -187,6 +192,12 @@ func (a *action) create(ctx context.Context, in *steps.Input) (*unstructured.Uns
 	if err != nil {
 		return nil, ref, false, ptr(a.apiFailure(err, "get", ref))
 	}
+	if l := live.GetLabels(); l[LabelDeletion] == deletion && l[v1alpha1.LabelStep] == a.step && live.GetDeletionTimestamp() != nil {
+		// This step's object from an earlier attempt, going: make it again once it is gone.
+		r := steps.Waiting(a.interval, "%s, made by this step for this deletion, is being deleted; creating it again once it is gone%s", ref, finalizers(live))
+		r.Watch = []steps.WatchTarget{{GVK: a.gvk, Namespace: ref.Namespace}}
+		return nil, ref, false, &r
+	}
 	if l := live.GetLabels(); l[LabelDeletion] != deletion || l[v1alpha1.LabelStep] != a.step {
 		r := steps.Fail(false, "%s already exists and was not created by step %s for this deletion (its labels %s=%q, %s=%q); delete it, or give the manifest another name",
 			ref, a.step, LabelDeletion, l[LabelDeletion], v1alpha1.LabelStep, l[v1alpha1.LabelStep])
@@ -201,7 +212,8 @@ func (a *action) apply(ctx context.Context, in *steps.Input) (*unstructured.Unst
 	if res != nil {
 		return nil, ref, res
 	}
-	applied, err := a.api.Apply(ctx, a.id, obj)
+	pr := in.Run.Spec.PolicyRef
+	applied, err := a.api.Apply(ctx, a.id, obj, ApplyManager(pr.Kind, pr.Namespace, pr.Name, a.step))
 	if err != nil {
 		return nil, ref, ptr(a.apiFailure(err, "patch", ref))
 	}

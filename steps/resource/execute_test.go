@@ -95,7 +95,7 @@ func (w *world) Create(_ context.Context, id Identity, obj *unstructured.Unstruc
 	return o.DeepCopy(), nil
 }
 
-func (w *world) Apply(ctx context.Context, id Identity, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+func (w *world) Apply(ctx context.Context, id Identity, obj *unstructured.Unstructured, _ string) (*unstructured.Unstructured, error) {
 	ref := Ref{GVK: obj.GroupVersionKind(), Namespace: obj.GetNamespace(), Name: obj.GetName()}
 	if err := w.refuse("patch", id, ref); err != nil {
 		return nil, err
@@ -356,4 +356,57 @@ target: {apiVersion: v1, kind: PersistentVolumeClaim, selector: {matchLabels: {a
 	delete(w.objects, "shop/data-orders-0")
 	delete(w.objects, "shop/data-orders-1")
 	expectResult(t, s.pass(), steps.Succeeded, `no PersistentVolumeClaim objects matching "app=orders" in namespace shop are left`)
+}
+
+// A step may not delete the object being torn down: it fails, saying why, instead of waiting for an
+// object the operator holds; a Delete by selector leaves it out.
+func TestDeleteSparesTheTarget(t *testing.T) {
+	target := object("postgresql.cnpg.io/v1", "Cluster", "shop", "orders", nil)
+	target.SetUID("c-1")
+	target.SetLabels(map[string]string{"app": "orders"})
+	w := newWorld(target)
+	s := newStepRun(t, w, "shop", `
+action: Delete
+serviceAccountName: backup
+target: {apiVersion: postgresql.cnpg.io/v1, kind: Cluster, name: "${object.metadata.name}"}`)
+	res := s.pass()
+	expectResult(t, res, steps.Failed, "Cluster shop/orders is the object being torn down, which the operator holds until the pipeline ends")
+	if res.Retryable || w.objects["shop/orders"].GetDeletionTimestamp() != nil {
+		t.Fatalf("retryable %v, deleted %v", res.Retryable, w.objects["shop/orders"].GetDeletionTimestamp())
+	}
+	s = newStepRun(t, w, "shop", `
+action: Delete
+serviceAccountName: backup
+target: {apiVersion: postgresql.cnpg.io/v1, kind: Cluster, selector: {matchLabels: {app: orders}}}`)
+	expectResult(t, s.pass(), steps.Succeeded, "no Cluster objects matching \"app=orders\" in namespace shop are left")
+	if _, ok := w.objects["shop/orders"]; !ok {
+		t.Fatal("the selector deleted the target")
+	}
+}
+
+// A failureCondition that cannot be evaluated keeps the step waiting, saying why: it is no success.
+func TestFailureConditionError(t *testing.T) {
+	w := newWorld()
+	s := newStepRun(t, w, "shop", backupManifest+`
+successCondition: "true"
+failureCondition: "resource.status.phase == 'failed'"`)
+	expectResult(t, s.pass(), steps.InProgress, "created; failureCondition: evaluating \"resource.status.phase == 'failed'\": no such key: status")
+}
+
+// A retry meeting its object of an earlier attempt being deleted waits until it is gone, then
+// creates it again.
+func TestCreateWaitsForItsObjectToGo(t *testing.T) {
+	w := newWorld()
+	s := newStepRun(t, w, "shop", waitedBackup)
+	s.pass()
+	b := w.objects["shop/orders-final"]
+	b.SetFinalizers([]string{"example.com/hold"})
+	b.SetDeletionTimestamp(&metav1.Time{Time: time.Now()})
+	s.status.Attempts, s.status.State = 2, nil
+	expectResult(t, s.pass(), steps.InProgress, "Backup shop/orders-final, made by this step for this deletion, is being deleted; creating it again once it is gone (finalizers: example.com/hold)")
+	delete(w.objects, "shop/orders-final")
+	expectResult(t, s.pass(), steps.InProgress, "Backup shop/orders-final created")
+	if w.objects["shop/orders-final"] == nil || w.objects["shop/orders-final"].GetDeletionTimestamp() != nil {
+		t.Fatal("not created again")
+	}
 }

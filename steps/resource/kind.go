@@ -86,8 +86,6 @@ type action struct {
 	verb v1alpha1.ResourceAction
 	id   Identity
 	gvk  schema.GroupVersionKind
-	// policyNamespace is a TeardownPolicy's namespace: every object the step touches is there.
-	policyNamespace string
 
 	manifest *expr.Tree // Create, Apply
 	// name and namespace of the target (Patch, Delete); namespace nil means the default.
@@ -102,7 +100,6 @@ type action struct {
 	success, failure *expr.Program
 	outputs          map[string]*expr.Program
 	interval         time.Duration
-	path             *field.Path
 }
 
 var outputName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]{0,62}$`)
@@ -111,11 +108,8 @@ var outputName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]{0,62}$`)
 func (k *Kind) Compile(cc steps.CompileContext, s *v1alpha1.Step, path *field.Path) (steps.Action, field.ErrorList) {
 	r := s.Resource
 	p := path.Child("resource")
-	a := &action{api: k.api, step: s.Name, verb: r.Action, interval: DefaultInterval, path: p,
+	a := &action{api: k.api, step: s.Name, verb: r.Action, interval: DefaultInterval,
 		propagation: metav1.DeletePropagationBackground, waitGone: true}
-	if cc.Namespaced {
-		a.policyNamespace = cc.Namespace
-	}
 	errs := a.compileIdentity(cc, r, p)
 	switch r.Action {
 	case v1alpha1.ResourceCreate, v1alpha1.ResourceApply:

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/internal/lookup"
 	"github.com/teardown-dev/teardown-operator/internal/naming"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
@@ -60,7 +61,7 @@ func (a *action) planTarget(ctx context.Context, in *steps.Input, r *Rendered) *
 	if a.selector != nil {
 		sel, err := a.selector.Render(ctx, in.Vars)
 		if err != nil {
-			return ptr(steps.Fail(false, "target.%v", err))
+			return ptr(steps.Fail(false, "target.%s", strings.TrimPrefix(err.Error(), lookup.ErrRefused.Error()+": ")))
 		}
 		r.Selector, r.Target = sel.String(), ""
 	}

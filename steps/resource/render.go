@@ -124,9 +124,15 @@ func (a *action) apiFailure(err error, verb string, ref Ref) steps.Result {
 	switch {
 	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
 		return steps.Fail(false, "namespace %s is being deleted, and no object can be created in a terminating namespace: %v", ref.Namespace, err)
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "cannot impersonate"):
+		return steps.Fail(true, "the operator may not act as %s: its ClusterRole needs the verb impersonate on serviceaccounts (the chart and config/rbac grant it): %v", a.id, err)
 	case apierrors.IsForbidden(err):
 		// RBAC (or an admission policy) refused: a Role granted later helps a retry.
-		return steps.Fail(true, "%s may not %s %s%s: %v", a.id, verb, resourceName(err, ref), where, err)
+		what := resourceName(err, ref)
+		if verb == "patch" && a.subresource != "" {
+			what += "/" + a.subresource
+		}
+		return steps.Fail(true, "%s may not %s %s%s: %v", a.id, verb, what, where, err)
 	case apierrors.IsUnauthorized(err):
 		return steps.Fail(true, "the API server did not authenticate the operator to %s %s%s as %s: %v", verb, resourceName(err, ref), where, a.id, err)
 	case meta.IsNoMatchError(err):

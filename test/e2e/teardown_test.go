@@ -160,6 +160,9 @@ var _ = Describe("Teardown on a real control plane", func() {
 					Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"parent": "${object.metadata.name}"}}}},
 			},
 		})
+		// The garbage collector may delete the child before the first pass looks: then the step
+		// is done at once, and only runHistory All keeps the run this spec reads.
+		p.Spec.RunHistory = v1alpha1.RunHistoryAll
 		Expect(k8s.Create(ctx, p)).To(Succeed())
 		parent := framework.ConfigMap(ns, "parent", map[string]string{"app": "parent"})
 		Expect(k8s.Create(ctx, parent)).To(Succeed())

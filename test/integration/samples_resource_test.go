@@ -37,7 +37,8 @@ var _ = Describe("Samples with resource steps", func() {
 		pvc.Status.Phase = corev1.ClaimBound
 		Expect(k8s.Status().Update(ctx, pvc)).To(Succeed())
 		Eventually(finalizers(ctx, pvc), 10*time.Second).Should(ContainElement(finalizerOf(policy)))
-		Expect(k8s.Delete(ctx, pvc)).To(Succeed())
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(pvc), pvc)).To(Succeed())
+		requestDelete(ctx, pvc, "alice: orders-0 is retired") // two-phase: the claim stays alive meanwhile
 
 		snap := &unstructured.Unstructured{}
 		snap.SetAPIVersion("snapshot.storage.k8s.io/v1")
@@ -49,14 +50,22 @@ var _ = Describe("Samples with resource steps", func() {
 		class, _, _ := unstructured.NestedString(snap.Object, "spec", "volumeSnapshotClassName")
 		Expect([]string{source, class}).To(Equal([]string{"data-orders-0", "csi-snapclass"}))
 
-		By("the claim stays until the snapshot controller reports the snapshot ready to use")
+		By("the claim stays alive until the snapshot controller reports the snapshot ready to use")
 		Expect(unstructured.SetNestedField(snap.Object, map[string]any{"readyToUse": false, "boundVolumeSnapshotContentName": "snapcontent-1"}, "status")).To(Succeed())
 		Expect(k8s.Status().Update(ctx, snap)).To(Succeed())
-		Consistently(finalizers(ctx, pvc), time.Second).Should(ContainElement(finalizerOf(policy)))
+		Consistently(func() *metav1.Time {
+			_ = k8s.Get(ctx, client.ObjectKeyFromObject(pvc), pvc)
+			return pvc.DeletionTimestamp
+		}, time.Second).Should(BeNil())
 		Expect(unstructured.SetNestedField(snap.Object, true, "status", "readyToUse")).To(Succeed())
 		Expect(unstructured.SetNestedField(snap.Object, "1Gi", "status", "restoreSize")).To(Succeed())
 		Expect(k8s.Status().Update(ctx, snap)).To(Succeed())
 		Eventually(runPhase(ctx, pvc), 10*time.Second).Should(Equal(v1alpha1.RunSucceeded))
+		Eventually(func() *metav1.Time {
+			_ = k8s.Get(ctx, client.ObjectKeyFromObject(pvc), pvc)
+			return pvc.DeletionTimestamp
+		}, 10*time.Second).ShouldNot(BeNil(),
+			"the operator deletes the claim once its snapshot is ready")
 		Eventually(finalizers(ctx, pvc), 10*time.Second).ShouldNot(ContainElement(finalizerOf(policy)))
 		Expect(string(runFor(ctx, pvc)().Status.Steps[0].Outputs["content"].Raw)).To(Equal(`"snapcontent-1"`))
 	})
@@ -87,7 +96,8 @@ var _ = Describe("Samples with resource steps", func() {
 			claims = append(claims, c)
 		}
 		Eventually(finalizers(ctx, sts), 10*time.Second).Should(ContainElement(finalizerOf(policy)))
-		Expect(k8s.Delete(ctx, sts)).To(Succeed())
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(sts), sts)).To(Succeed())
+		requestDelete(ctx, sts, "alice: orders moved") // two-phase: scaled while alive, as its controller needs
 
 		By("scaled to 0 through its scale subresource; the step waits for the controller to report no replica")
 		Eventually(func() int32 {
@@ -112,11 +122,15 @@ var _ = Describe("Samples with resource steps", func() {
 		for _, c := range claims {
 			Eventually(func() *metav1.Time { _ = k8s.Get(ctx, client.ObjectKeyFromObject(c), c); return c.DeletionTimestamp }, 10*time.Second).ShouldNot(BeNil())
 		}
-		Consistently(gone(ctx, sts), time.Second).Should(BeFalse())
+		Consistently(func() *metav1.Time {
+			_ = k8s.Get(ctx, client.ObjectKeyFromObject(sts), sts)
+			return sts.DeletionTimestamp
+		}, time.Second).Should(BeNil(),
+			"the StatefulSet stays alive until the pipeline ends")
 		for _, c := range claims {
 			update(ctx, c, func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil })
 		}
-		Eventually(gone(ctx, sts), 20*time.Second).Should(BeTrue())
+		Eventually(gone(ctx, sts), 20*time.Second).Should(BeTrue(), "the operator deletes the StatefulSet once the steps succeeded")
 	})
 
 	It("velero-namespace-backup: a Velero Backup of a namespace, requested, completed, then the namespace deleted", func(ctx SpecContext) {
