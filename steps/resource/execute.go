@@ -174,13 +174,7 @@ func (a *action) create(ctx context.Context, in *steps.Input) (*unstructured.Uns
 	if res != nil {
 		return nil, ref, false, res
 	}
-	labels := obj.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	deletion := naming.LabelValue(in.DeletionID())
-	labels[LabelDeletion], labels[v1alpha1.LabelStep] = deletion, a.step
-	obj.SetLabels(labels)
+	a.label(obj, in)
 	created, err := a.api.Create(ctx, a.id, obj)
 	if err == nil {
 		return created, ref, false, nil
@@ -192,18 +186,36 @@ func (a *action) create(ctx context.Context, in *steps.Input) (*unstructured.Uns
 	if err != nil {
 		return nil, ref, false, ptr(a.apiFailure(err, "get", ref))
 	}
-	if l := live.GetLabels(); l[LabelDeletion] == deletion && l[v1alpha1.LabelStep] == a.step && live.GetDeletionTimestamp() != nil {
+	ours := a.ours(live, in)
+	if ours && live.GetDeletionTimestamp() != nil {
 		// This step's object from an earlier attempt, going: make it again once it is gone.
 		r := steps.Waiting(a.interval, "%s, made by this step for this deletion, is being deleted; creating it again once it is gone%s", ref, finalizers(live))
 		r.Watch = []steps.WatchTarget{{GVK: a.gvk, Namespace: ref.Namespace}}
 		return nil, ref, false, &r
 	}
-	if l := live.GetLabels(); l[LabelDeletion] != deletion || l[v1alpha1.LabelStep] != a.step {
+	if !ours {
+		l := live.GetLabels()
 		r := steps.Fail(false, "%s already exists and was not created by step %s for this deletion (its labels %s=%q, %s=%q); delete it, or give the manifest another name",
 			ref, a.step, LabelDeletion, l[LabelDeletion], v1alpha1.LabelStep, l[v1alpha1.LabelStep])
 		return nil, ref, false, &r
 	}
 	return live, ref, true, nil
+}
+
+// label puts on obj the labels that make a Create's object known as this deletion's and step's.
+func (a *action) label(obj *unstructured.Unstructured, in *steps.Input) {
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelDeletion], labels[v1alpha1.LabelStep] = naming.LabelValue(in.DeletionID()), a.step
+	obj.SetLabels(labels)
+}
+
+// ours reports whether obj carries the labels label gives this deletion's object of this step.
+func (a *action) ours(obj *unstructured.Unstructured, in *steps.Input) bool {
+	l := obj.GetLabels()
+	return l[LabelDeletion] == naming.LabelValue(in.DeletionID()) && l[v1alpha1.LabelStep] == a.step
 }
 
 // apply applies the manifest's object.

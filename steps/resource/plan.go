@@ -9,7 +9,6 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/internal/lookup"
-	"github.com/teardown-dev/teardown-operator/internal/naming"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -34,12 +33,7 @@ func (a *action) Plan(ctx context.Context, in *steps.Input) steps.Plan {
 		var obj *unstructured.Unstructured
 		if obj, ref, res = a.render(ctx, in); res == nil {
 			if a.verb == v1alpha1.ResourceCreate {
-				labels := obj.GetLabels()
-				if labels == nil {
-					labels = map[string]string{}
-				}
-				labels[LabelDeletion], labels[v1alpha1.LabelStep] = naming.LabelValue(in.DeletionID()), a.step
-				obj.SetLabels(labels)
+				a.label(obj, in)
 			}
 			r.Object = obj.Object
 		}
