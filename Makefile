@@ -185,6 +185,10 @@ bench-scale: control-plane build ## Teardown benchmark at scale, peer and operat
 bench-resource: control-plane build ## Teardown benchmark of a resource step (a create as a ServiceAccount), peer, operator, and the same as a job step; 3 rounds.
 	$(GO) run ./test/bench -n $${N:-1000} -step resource -rounds 3 -contenders peer,operator,operator-job
 
+.PHONY: bench-arming
+bench-arming: control-plane build ## Arming benchmark: 1,000 new objects armed at creation by the admission policy (operator), after it (operator-late), and by the hand-written peer, with each create's latency; 3 rounds.
+	$(GO) run ./test/bench -n $${N:-1000} -rounds 3 -contenders peer,operator,operator-late
+
 .PHONY: bench-namespace
 bench-namespace: control-plane build ## Teardown benchmark of a namespace deletion, peer and operator: 10,000 targets, their namespace deleted.
 	$(GO) run ./test/bench -n 10000 -namespace -contenders peer,operator

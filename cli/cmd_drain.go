@@ -28,6 +28,8 @@ type drainOptions struct {
 	timeout      time.Duration
 	// ignoreRunningOperator drains although a replica holds the operator's lease.
 	ignoreRunningOperator bool
+	// resolved is the policy --policy names, once found (it may be gone).
+	resolved *policy.Key
 }
 
 func (r *root) drainCommand() *cobra.Command {
@@ -40,6 +42,11 @@ what it released: an object being deleted is deleted at once. For uninstalling t
 for the day the operator is gone and objects are stuck. Stop the operator first (--stop-operator
 does): a running operator puts its finalizers back on the objects its policies still select (to
 stop protecting objects while it runs, suspend or delete the policy instead).
+
+Before it releases anything, drain deletes the MutatingAdmissionPolicies (and their bindings) the
+operator made to arm objects at creation (with --policy, that policy's): left in place, they would
+put finalizers on new objects that nothing removes. A running operator makes them again. It needs
+list and delete on mutatingadmissionpolicies and mutatingadmissionpolicybindings.
 
 --policy drains one policy's finalizer: TeardownPolicy/NAME (in -n's namespace),
 ClusterTeardownPolicy/NAME, or NAME when only one policy has it; a policy being deleted also loses
@@ -149,6 +156,9 @@ func (r *root) drain(ctx context.Context, o *drainOptions) error {
 			return err
 		}
 	}
+	if err := d.removeAdmission(ctx, o.resolved); err != nil {
+		return err
+	}
 	if err := d.drainKinds(ctx, kinds); err != nil {
 		return err
 	}
@@ -195,6 +205,7 @@ func (r *root) drainScope(ctx context.Context, o *drainOptions) (drained, []sche
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	o.resolved = &key
 	fin := key.Finalizer()
 	match := func(f, ns string) bool { return f == fin && (!key.Namespaced() || ns == key.Namespace) }
 	if view == nil {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -44,9 +46,12 @@ type policyReport struct {
 	Why       string `json:"why,omitempty"`
 	Finalizer string `json:"finalizer,omitempty"`
 	// Trigger is DeleteRequest for a two-phase policy: its pipeline runs before the DELETE.
-	Trigger       string       `json:"trigger,omitempty"`
-	DeletionGuard *planGuard   `json:"deletionGuard,omitempty"`
-	Steps         []stepReport `json:"steps,omitempty"`
+	Trigger       string     `json:"trigger,omitempty"`
+	DeletionGuard *planGuard `json:"deletionGuard,omitempty"`
+	// FromCreation says whether objects of the policy are armed when they are created (by its
+	// MutatingAdmissionPolicy, even while the operator is down), and why not.
+	FromCreation string       `json:"protectedFromCreation,omitempty"`
+	Steps        []stepReport `json:"steps,omitempty"`
 }
 
 // planGuard is a deletion guard's verdict on the object now.
@@ -181,6 +186,7 @@ func (r *root) planPolicy(ctx context.Context, compiler *policy.Compiler, v poli
 		return pr
 	}
 	pr.Protects = true
+	pr.FromCreation = fromCreation(v, c)
 	if !slices.Contains(t.Object.GetFinalizers(), c.Finalizer) {
 		pr.Why = notArmedWhy(op)
 	}
@@ -201,6 +207,21 @@ func (r *root) planPolicy(ctx context.Context, compiler *policy.Compiler, v poli
 		r.kube.checkDestinations(pr.Steps)
 	}
 	return pr
+}
+
+// fromCreation says whether the policy arms objects at creation: what the operator reported in
+// its status for this generation, or else whether its match can run at admission at all.
+func fromCreation(v policy.View, c *policy.Compiled) string {
+	if cond := meta.FindStatusCondition(v.Status.Conditions, v1alpha1.ConditionProtectedFromCreation); cond != nil && cond.ObservedGeneration == v.Object.GetGeneration() {
+		if cond.Status == metav1.ConditionTrue {
+			return "yes: " + cond.Message
+		}
+		return fmt.Sprintf("no (%s): %s", cond.Reason, cond.Message)
+	}
+	if c.MatchNotAdmissible != nil {
+		return fmt.Sprintf("no: %v; objects are armed only once the operator sees them", c.MatchNotAdmissible)
+	}
+	return ""
 }
 
 // planSteps renders each step as the run's first pass would see it; runNamespace holds the runs
@@ -304,6 +325,9 @@ func printPlan(w io.Writer, rep *planReport) {
 			verdict += " (" + p.Why + ")"
 		}
 		fmt.Fprintf(w, "\n%s %s\n", p.Policy, verdict)
+		if p.FromCreation != "" {
+			fmt.Fprintf(w, "  protected from creation: %s\n", p.FromCreation)
+		}
 		printVeto(w, p)
 		for i, s := range p.Steps {
 			fmt.Fprintf(w, "  %d. %s (%s): %s\n", i+1, s.Name, s.Kind, s.Summary)

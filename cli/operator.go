@@ -90,7 +90,7 @@ func (s operatorState) String() string {
 	case s.Renewed.IsZero():
 		return fmt.Sprintf("operator: not running (no replica has ever renewed lease %s)", s.Lease)
 	}
-	return fmt.Sprintf("operator: NOT RUNNING: no replica has held lease %s since %s (%s ago); nothing arms new objects or runs teardowns until it is back",
+	return fmt.Sprintf("operator: NOT RUNNING: no replica has held lease %s since %s (%s ago); no teardown runs until it is back, and only policies ProtectedFromCreation arm new objects meanwhile",
 		s.Lease, s.Since.UTC().Format(time.RFC3339), age(time.Since(s.Since)))
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -45,11 +46,19 @@ func (e *Engine) setupControllers(mgr manager.Manager) error {
 // setupPolicies watches both kinds of policy, and their runs for the counts in their status.
 func (e *Engine) setupPolicies(mgr manager.Manager) error {
 	dryRuns := newDryRuns(e.opts.RunNamespace)
-	counter := &policyCounter{watches: e.watches, reader: e.reader, reads: e.reads, matchErrs: e.matchErrs, metrics: e.metrics, history: e.history, stuckAfter: e.opts.StuckAfter}
+	counter := &policyCounter{watches: e.watches, reader: e.reader, reads: e.reads, matchErrs: e.matchErrs, rejects: e.matchRejects, metrics: e.metrics, history: e.history, stuckAfter: e.opts.StuckAfter}
 	for kind, obj := range map[string]client.Object{policy.KindNamespaced: &v1alpha1.TeardownPolicy{}, policy.KindCluster: &v1alpha1.ClusterTeardownPolicy{}} {
 		r := &policyReconciler{kind: kind, client: e.client, reader: e.reader, registry: e.registry, compiler: e.compiler,
-			watches: e.watches, counter: counter, fin: e.fin, reads: e.reads, wake: e.wake, served: e.served, statusWritten: ownwrites.NewVersions[types.NamespacedName](), dryRuns: dryRuns}
-		err := builder.ControllerManagedBy(mgr).
+			watches: e.watches, counter: counter, fin: e.fin, reads: e.reads, wake: e.wake, served: e.served, statusWritten: ownwrites.NewVersions[types.NamespacedName](),
+			dryRuns: dryRuns, arming: e.arming}
+		b := builder.ControllerManagedBy(mgr)
+		if e.arming.active() {
+			// Its own admission objects (the cache holds no others): one changed by someone else
+			// is put back, one whose policy is gone removed.
+			b = b.Watches(&admissionv1.MutatingAdmissionPolicy{}, handler.EnqueueRequestsFromMapFunc(policyOfAdmission(kind))).
+				Watches(&admissionv1.MutatingAdmissionPolicyBinding{}, handler.EnqueueRequestsFromMapFunc(policyOfAdmission(kind)))
+		}
+		err := b.
 			Named(kind).
 			// The policy's own status writes must not wake it: each would recount and write again
 			// while a teardown changes the counts. Recounts come from the changes themselves,
@@ -65,7 +74,7 @@ func (e *Engine) setupPolicies(mgr manager.Manager) error {
 			return fmt.Errorf("%s controller: %w", kind, err)
 		}
 	}
-	e.router.register(countEvents{wake: e.wake, matchErrs: e.matchErrs})
+	e.router.register(countEvents{wake: e.wake, matchErrs: e.matchErrs, rejects: e.matchRejects})
 	return nil
 }
 
@@ -109,9 +118,9 @@ func (e *Engine) setupTargets(mgr manager.Manager) error {
 	tc, err := controller.NewTyped[TargetKey]("target", mgr, controller.TypedOptions[TargetKey]{
 		Reconciler: requeueConflicts[TargetKey](&targetReconciler{reader: e.reader, registry: e.registry,
 			watches: e.watches, events: e.events, reads: e.reads, runs: e.runs,
-			arming:  armer{fin: e.fin, echoes: e.echoes},
+			arming:  armer{fin: e.fin, echoes: e.echoes, late: e.metrics.armedLate},
 			guard:   &deletionGuards{lister: lookup.NewAPILister(e.reader, mgr.GetRESTMapper()), interest: e.guards, watches: e.watches, client: e.client},
-			matches: matchReports{errs: e.matchErrs, wake: e.wake}}),
+			matches: matchReports{errs: e.matchErrs, rejects: e.matchRejects, wake: e.wake}}),
 		MaxConcurrentReconciles: e.opts.TargetWorkers,
 	})
 	if err != nil {

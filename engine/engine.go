@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -49,6 +50,9 @@ type Options struct {
 	StuckAfter time.Duration
 	// Resync is the period of the dynamic informers' resync.
 	Resync time.Duration
+	// DisableAdmissionArming stops the operator from keeping a MutatingAdmissionPolicy per policy
+	// that arms its targets at creation (policy_arming.go); it removes those it made.
+	DisableAdmissionArming bool
 	// Fence is checked before side effects outside the API server (steps.Deps.Fence) and before
 	// every write of the metadata client, which goes past the manager's client (fenced on its
 	// own); nil allows always.
@@ -80,13 +84,17 @@ type Engine struct {
 	echoes *ownwrites.Echoes[TargetKey]
 	kinds  steps.Registry
 	// matchErrs are the objects whose match fails to evaluate, per policy.
-	matchErrs *matchErrors
+	matchErrs *policyObjects
+	// matchRejects are the objects whose labels a policy selects and whose match is false.
+	matchRejects *policyObjects
 	// history are the teardowns that ended and are not in their policy's status yet.
 	history *teardownHistory
 	// served tells whether a watched target kind is still served.
 	served servedKinds
 	// router passes the dynamic informers' events to the handler of each concern.
 	router *router
+	// arming keeps the admission policies that arm targets at creation.
+	arming *admissionArming
 }
 
 var namespaceGVK = schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}
@@ -138,18 +146,19 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 		return nil, err
 	}
 	e := &Engine{
-		opts:      opts,
-		client:    client.WithFieldOwner(mgr.GetClient(), FieldManager),
-		reader:    mgr.GetAPIReader(),
-		registry:  policy.NewRegistry(),
-		lookups:   newInterest[reconcile.Request](),
-		guards:    newInterest[TargetKey](),
-		written:   ownwrites.NewVersions[types.NamespacedName](),
-		released:  ownwrites.NewReleases[TargetKey](),
-		echoes:    ownwrites.NewEchoes[TargetKey](),
-		matchErrs: newMatchErrors(),
-		metrics:   newMetrics(),
-		router:    &router{},
+		opts:         opts,
+		client:       client.WithFieldOwner(mgr.GetClient(), FieldManager),
+		reader:       mgr.GetAPIReader(),
+		registry:     policy.NewRegistry(),
+		lookups:      newInterest[reconcile.Request](),
+		guards:       newInterest[TargetKey](),
+		written:      ownwrites.NewVersions[types.NamespacedName](),
+		released:     ownwrites.NewReleases[TargetKey](),
+		echoes:       ownwrites.NewEchoes[TargetKey](),
+		matchErrs:    newPolicyObjects(),
+		matchRejects: newPolicyObjects(),
+		metrics:      newMetrics(),
+		router:       &router{},
 	}
 	e.reads = clusterReads{client: e.client}
 	e.wake = newWakeups(e.registry)
@@ -161,12 +170,9 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 		Wake:   func(run types.NamespacedName) { e.wake.runs.Add(reconcile.Request{NamespacedName: run}) },
 		Config: mgr.GetConfig(), NamespaceTerminating: e.reads.namespaceTerminating, Fence: opts.Fence}
 	e.kinds = steps.Build(kinds, deps)
-	dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
-	if err != nil {
-		return nil, fmt.Errorf("engine: discovery client: %w", err)
+	if err := e.setupDiscovery(mgr, env); err != nil {
+		return nil, err
 	}
-	e.compiler = policy.NewCompiler(env, e.kinds, policy.KindScope(mgr.GetRESTMapper())).
-		WithKindTypes(kindtypes.NewDiscovery(dc.OpenAPIV3()).Type)
 	e.watches = watch.NewManager(mc, mgr.GetRESTMapper(), e.router.route, opts.Resync, ctrl.Log.WithName("watch"))
 	e.wake.watches = e.watches
 	if e.served, err = e.newServedKinds(mgr.GetConfig()); err != nil {
@@ -188,6 +194,38 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 		return nil, err
 	}
 	return e, nil
+}
+
+// setupDiscovery builds what reads the cluster's discovery: the compiler (kinds' scopes and CEL
+// types, the API server's version for admission matches) and admission arming.
+func (e *Engine) setupDiscovery(mgr manager.Manager, env *expr.Env) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("engine: discovery client: %w", err)
+	}
+	if e.arming, err = newAdmissionArming(e.client, e.reader, mgr.GetRESTMapper(), newSchemaGate(dc.OpenAPIV3()), e.opts.DisableAdmissionArming); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	if err := e.arming.setup(mgr); err != nil {
+		return err
+	}
+	e.compiler = policy.NewCompiler(env, e.kinds, policy.KindScope(mgr.GetRESTMapper())).
+		WithKindTypes(kindtypes.NewDiscovery(dc.OpenAPIV3()).Type).
+		WithAPIServerVersion(serverVersion(dc))
+	return nil
+}
+
+// serverVersion is the API server's major.minor version, or nil when discovery cannot tell.
+func serverVersion(dc discovery.DiscoveryInterface) *version.Version {
+	info, err := dc.ServerVersion()
+	if err != nil {
+		return nil
+	}
+	v, err := version.ParseGeneric(info.GitVersion)
+	if err != nil {
+		return nil
+	}
+	return version.MajorMinor(v.Major(), v.Minor())
 }
 
 // withDefaults checks the options and fills in the worker counts left unset.

@@ -14,6 +14,8 @@ type metrics struct {
 	stuckRuns        *prometheus.GaugeVec
 	protected        *prometheus.GaugeVec
 	matchErrors      *prometheus.GaugeVec
+	unarmed          *prometheus.GaugeVec
+	armedLate        *prometheus.CounterVec
 }
 
 var (
@@ -48,8 +50,15 @@ func newMetrics() *metrics {
 		matchErrors: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "teardown_match_errors", Help: "Objects whose policy match fails to evaluate (left as they are), by policy.",
 		}, []string{"policy"}),
+		unarmed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "teardown_unarmed_objects", Help: "Objects a policy selects that do not carry its finalizer yet (not being deleted; its match not false), by policy: the window in which a deletion would skip the teardown.",
+		}, []string{"policy"}),
+		armedLate: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "teardown_objects_armed_by_operator_total", Help: "Finalizers the operator added to existing objects rather than an admission policy at their creation, by policy.",
+		}, []string{"policy"}),
 	}
-	ctrlmetrics.Registry.MustRegister(m.pipelineDuration, m.stepDuration, m.stepFailures, m.activeRuns, m.stuckRuns, m.protected, m.matchErrors)
+	ctrlmetrics.Registry.MustRegister(m.pipelineDuration, m.stepDuration, m.stepFailures, m.activeRuns, m.stuckRuns, m.protected, m.matchErrors,
+		m.unarmed, m.armedLate)
 	registered = m
 	return m
 }
@@ -60,6 +69,8 @@ func (m *metrics) forget(policy string) {
 	m.stuckRuns.DeleteLabelValues(policy)
 	m.protected.DeleteLabelValues(policy)
 	m.matchErrors.DeleteLabelValues(policy)
+	m.unarmed.DeleteLabelValues(policy)
+	m.armedLate.DeleteLabelValues(policy)
 	by := prometheus.Labels{"policy": policy}
 	m.pipelineDuration.DeletePartialMatch(by)
 	m.stepDuration.DeletePartialMatch(by)

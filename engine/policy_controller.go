@@ -53,6 +53,8 @@ type policyReconciler struct {
 	statusWritten *ownwrites.Versions[types.NamespacedName]
 	// dryRuns asks the API server whether it accepts what a policy's steps create (policy_dryrun.go).
 	dryRuns *dryRuns
+	// arming keeps the admission policies that arm targets at creation (policy_arming.go).
+	arming *admissionArming
 }
 
 func (r *policyReconciler) newObject() client.Object {
@@ -74,7 +76,9 @@ func (r *policyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(key)
-			return reconcile.Result{}, nil
+			// Its admission objects, if any are left (the policy went while the operator was
+			// down, or its finalizer was taken off by hand), would arm objects nobody releases.
+			return reconcile.Result{}, r.arming.removeCached(ctx, key)
 		}
 		return reconcile.Result{}, err
 	}
@@ -100,7 +104,21 @@ func (r *policyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 			}
 		}
 	}
-	return r.report(ctx, v, cached, policyFacts{Ready: readiness}, res)
+	var mapping *meta.RESTMapping
+	if compiled != nil {
+		mapping, _ = r.watches.Mapping(compiled.GVK)
+	}
+	// An error keeping the admission objects is returned after the status is written: it must
+	// not hold back what the compile found.
+	arming, again, armErr := r.arming.sync(ctx, v, compiled, readiness, mapping)
+	if again > 0 {
+		res = earliest(res, reconcile.Result{RequeueAfter: again})
+	}
+	res, err = r.report(ctx, v, cached, policyFacts{Ready: readiness, Arming: arming}, res)
+	if err == nil && armErr != nil {
+		return reconcile.Result{}, armErr
+	}
+	return res, err
 }
 
 // compile compiles the policy and starts its watch, and says whether it is Ready; on failure it
@@ -168,6 +186,11 @@ func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, c
 	if !slices.Contains(v.Object.GetFinalizers(), v1alpha1.FinalizerPolicy) {
 		return reconcile.Result{}, nil
 	}
+	// The admission policy goes first: an object it armed after the release below would keep a
+	// finalizer that nobody removes.
+	if wait, err := r.arming.removeBeforeRelease(ctx, v.Key, v.Object.GetUID()); err != nil || wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, err
+	}
 	gvk := targetGVK(v.Spec)
 	compiled, errs := r.compiler.Compile(v)
 	if len(errs) > 0 {
@@ -198,7 +221,8 @@ func (r *policyReconciler) reconcileDelete(ctx context.Context, v policy.View, c
 		if v.Key.Namespaced() && r.reads.namespaceTerminating(ctx, v.Key.Namespace) {
 			msg = fmt.Sprintf("namespace is being deleted: waiting for the teardown of %d objects (%d runs in flight)", remaining, active)
 		}
-		f := policyFacts{Ready: notReady(v1alpha1.ReasonReleasing, msg), Protected: &remaining, Runs: &runCounts{active: active, stuck: int(v.Status.StuckRuns)}}
+		f := policyFacts{Ready: notReady(v1alpha1.ReasonReleasing, msg), Protected: &remaining, Runs: &runCounts{active: active, stuck: int(v.Status.StuckRuns)},
+			Arming: protectedFromCreation(false, v1alpha1.ReasonNotProtecting, "the policy is being deleted: no object is armed at creation")}
 		if _, err := r.report(ctx, v, cached, f, reconcile.Result{}); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -227,6 +251,7 @@ func (r *policyReconciler) letGo(ctx context.Context, v policy.View) (reconcile.
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	r.forget(v.Key)
+	r.arming.forget(v.Object.GetUID())
 	return reconcile.Result{}, nil
 }
 
@@ -307,6 +332,7 @@ func (r *policyReconciler) count(ctx context.Context, v policy.View, f *policyFa
 	if r.watches.Watching(gvk) && r.watches.Synced(gvk) {
 		n := r.counter.protected(gvk, v.Key, v.Key.Finalizer())
 		f.Protected = &n
+		r.counter.setUnarmed(ctx, r.registry.Get(v.Key))
 	} else if r.watches.Watching(gvk) {
 		res = earliest(res, reconcile.Result{RequeueAfter: waitSync})
 	}

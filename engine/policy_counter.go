@@ -22,7 +22,8 @@ type policyCounter struct {
 	watches   *watch.Manager
 	reader    client.Reader
 	reads     clusterReads
-	matchErrs *matchErrors
+	matchErrs *policyObjects
+	rejects   *policyObjects
 	metrics   *metrics
 	// history are the teardowns that ended and are not in the policies' status yet.
 	history    *teardownHistory
@@ -54,6 +55,7 @@ func (c *policyCounter) gauges(key policy.Key, st v1alpha1.TeardownPolicyStatus,
 func (c *policyCounter) forget(key policy.Key) {
 	c.metrics.forget(key.String())
 	c.matchErrs.forgetPolicy(key)
+	c.rejects.forgetPolicy(key)
 	c.history.forget(key)
 }
 
@@ -62,6 +64,43 @@ func (c *policyCounter) protected(gvk schema.GroupVersionKind, key policy.Key, f
 	n := 0
 	for _, o := range c.watches.List(gvk, key.Namespace) {
 		if slices.Contains(o.Finalizers, finalizer) {
+			n++
+		}
+	}
+	return n
+}
+
+// setUnarmed sets p's teardown_unarmed_objects.
+func (c *policyCounter) setUnarmed(ctx context.Context, p *policy.Compiled) {
+	if p != nil {
+		c.metrics.unarmed.WithLabelValues(p.Key.String()).Set(float64(c.unarmed(ctx, p)))
+	}
+}
+
+// unarmed counts the cached objects that p selects by labels and namespace and that do not carry
+// its finalizer: not being deleted, not made by a step, and not rejected by its match the last time
+// the operator looked (an object not looked at yet counts). Zero for a policy that arms nothing.
+func (c *policyCounter) unarmed(ctx context.Context, p *policy.Compiled) int {
+	if p == nil || p.Suspended || p.Deleting || p.Pipeline == nil {
+		return 0
+	}
+	n := 0
+	nsLabels := map[string]map[string]string{}
+	for _, o := range c.watches.List(p.GVK, p.Key.Namespace) {
+		if o.DeletionTimestamp != nil || slices.Contains(o.Finalizers, p.Finalizer) {
+			continue
+		}
+		if p.NamespaceSelector != nil && o.Namespace != "" && nsLabels[o.Namespace] == nil {
+			ns, err := c.reads.namespace(ctx, o.Namespace)
+			if err != nil {
+				continue
+			}
+			nsLabels[o.Namespace] = ns.Labels
+			if ns.Labels == nil {
+				nsLabels[o.Namespace] = map[string]string{}
+			}
+		}
+		if p.Selects(o.Labels, nsLabels[o.Namespace], o.Namespace != "") && !c.rejects.has(p.Key, NewTargetKey(p.GVK, o.Namespace, o.Name)) {
 			n++
 		}
 	}

@@ -30,7 +30,8 @@ const recountDelay = time.Second
 // made the change, and an object whose match was failing gone.
 type countEvents struct {
 	wake      *wakeups
-	matchErrs *matchErrors
+	matchErrs *policyObjects
+	rejects   *policyObjects
 }
 
 func (h countEvents) handle(ev watch.Event) {
@@ -49,9 +50,19 @@ func (h countEvents) handle(ev watch.Event) {
 		}
 	}
 	if ev.Deleted {
-		for _, pkey := range h.matchErrs.forgetObject(NewTargetKey(ev.GVK, ev.Object.Namespace, ev.Object.Name)) {
+		key := NewTargetKey(ev.GVK, ev.Object.Namespace, ev.Object.Name)
+		for _, pkey := range h.matchErrs.forgetObject(key) {
 			h.wake.recountPolicy(pkey)
 		}
+		if h.rejects != nil {
+			h.rejects.forgetObject(key)
+		}
+		return
+	}
+	if ev.Old == nil && !slices.ContainsFunc(ev.Object.Finalizers, naming.IsOurs) {
+		// A new object that no admission policy armed: teardown_unarmed_objects counts it
+		// until the operator has looked at it.
+		h.wake.recountSelecting(ev.GVK, ev.Object.Namespace, ev.Object.Labels)
 	}
 }
 
@@ -121,8 +132,10 @@ const stuckMargin = 100 * time.Millisecond
 // matchReports is how the target side reports to the policies' status the objects whose match
 // fails to evaluate: it records them and has the policy recounted.
 type matchReports struct {
-	errs *matchErrors
-	wake *wakeups
+	errs *policyObjects
+	// rejects are the objects whose labels a policy selects and whose match is false.
+	rejects *policyObjects
+	wake    *wakeups
 }
 
 // set records whether obj's match failed for pkey; it reports whether that changed.
@@ -130,29 +143,39 @@ func (m matchReports) set(pkey policy.Key, obj TargetKey, failed bool) bool {
 	return m.errs.set(pkey, obj, failed)
 }
 
+// recordRejects records, for the policies with a match, whether theirs rejected the object.
+func (m matchReports) recordRejects(obj TargetKey, policies []*policy.Compiled, rejected map[policy.Key]bool) {
+	for _, p := range policies {
+		if p.Match != nil && m.rejects != nil {
+			m.rejects.set(p.Key, obj, rejected[p.Key])
+		}
+	}
+}
+
 // recount queues a status recount of the policy.
 func (m matchReports) recount(pkey policy.Key) { m.wake.recountPolicy(pkey) }
 
-// matchErrors records, per policy, the objects whose match failed to evaluate the last time
-// they were looked at, for the policy's status.matchErrors. It is safe for concurrent use.
-type matchErrors struct {
+// policyObjects records a set of objects per policy: those whose match failed to evaluate the
+// last time they were looked at (status.matchErrors), and those whose match was false
+// (left out of teardown_unarmed_objects). It is safe for concurrent use.
+type policyObjects struct {
 	mu       sync.Mutex
 	byPolicy map[policy.Key]map[TargetKey]bool
 }
 
-func newMatchErrors() *matchErrors {
-	return &matchErrors{byPolicy: map[policy.Key]map[TargetKey]bool{}}
+func newPolicyObjects() *policyObjects {
+	return &policyObjects{byPolicy: map[policy.Key]map[TargetKey]bool{}}
 }
 
-// set records whether obj's match failed for pkey; it reports whether that changed.
-func (m *matchErrors) set(pkey policy.Key, obj TargetKey, failed bool) bool {
+// set records whether obj is in pkey's set; it reports whether that changed.
+func (m *policyObjects) set(pkey policy.Key, obj TargetKey, in bool) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	objs := m.byPolicy[pkey]
-	if objs[obj] == failed {
+	if objs[obj] == in {
 		return false
 	}
-	if failed {
+	if in {
 		if objs == nil {
 			objs = map[TargetKey]bool{}
 			m.byPolicy[pkey] = objs
@@ -168,7 +191,7 @@ func (m *matchErrors) set(pkey policy.Key, obj TargetKey, failed bool) bool {
 }
 
 // forgetObject drops an object that is gone and returns the policies whose count changed.
-func (m *matchErrors) forgetObject(obj TargetKey) []policy.Key {
+func (m *policyObjects) forgetObject(obj TargetKey) []policy.Key {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var changed []policy.Key
@@ -186,14 +209,21 @@ func (m *matchErrors) forgetObject(obj TargetKey) []policy.Key {
 }
 
 // forgetPolicy drops a policy that is gone.
-func (m *matchErrors) forgetPolicy(pkey policy.Key) {
+func (m *policyObjects) forgetPolicy(pkey policy.Key) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.byPolicy, pkey)
 }
 
-// count returns how many objects' match fails for pkey.
-func (m *matchErrors) count(pkey policy.Key) int {
+// has reports whether obj is in pkey's set.
+func (m *policyObjects) has(pkey policy.Key, obj TargetKey) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.byPolicy[pkey][obj]
+}
+
+// count returns how many objects are in pkey's set.
+func (m *policyObjects) count(pkey policy.Key) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.byPolicy[pkey])

@@ -46,7 +46,7 @@ func TestCountRuns(t *testing.T) {
 }
 
 func TestMatchErrors(t *testing.T) {
-	m := newMatchErrors()
+	m := newPolicyObjects()
 	p, q := policy.Key{Kind: policy.KindNamespaced, Namespace: "ns", Name: "p"}, policy.Key{Kind: policy.KindCluster, Name: "q"}
 	a := NewTargetKey(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, "ns", "a")
 	b := a

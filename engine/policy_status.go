@@ -29,6 +29,8 @@ type policyFacts struct {
 	// trigger DeleteRequest); Admission is what was read of that admission policy then.
 	Vetoes    bool
 	Admission []admissionRead
+	// Arming is the ProtectedFromCreation condition (policy_arming.go); nil leaves it as it was.
+	Arming *metav1.Condition
 	// History is what ended since the policy's history was last written; nil adds nothing.
 	History *historyDelta
 }
@@ -71,6 +73,11 @@ func policyStatus(prev v1alpha1.TeardownPolicyStatus, f policyFacts) v1alpha1.Te
 	if r := f.Ready; r != nil {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: r.status, Reason: r.reason,
 			Message: r.message, ObservedGeneration: f.Generation})
+	}
+	if f.Arming != nil {
+		c := *f.Arming
+		c.ObservedGeneration = f.Generation
+		meta.SetStatusCondition(&st.Conditions, c)
 	}
 	if !f.Vetoes {
 		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionVetoEnforced)

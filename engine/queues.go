@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -174,6 +175,16 @@ func (w *wakeups) enqueueTargets(gvk schema.GroupVersionKind, namespace string) 
 func (w *wakeups) recount(finalizer, ns string) {
 	if pkey, ok := w.registry.ForFinalizer(finalizer, ns); ok {
 		w.recountPolicy(pkey)
+	}
+}
+
+// recountSelecting queues a status recount of the policies of kind gvk whose label selector
+// selects an object of namespace ns with those labels.
+func (w *wakeups) recountSelecting(gvk schema.GroupVersionKind, ns string, objLabels map[string]string) {
+	for _, p := range w.registry.ForGVK(gvk) {
+		if p.InScope(ns) && p.Selector != nil && p.Selector.Matches(labels.Set(objLabels)) {
+			w.recountPolicy(p.Key)
+		}
 	}
 }
 

@@ -99,7 +99,7 @@ func TestCountEvents(t *testing.T) {
 			reg := policy.NewRegistry()
 			reg.Set(&policy.Compiled{Key: pkey, GVK: configMaps, Finalizer: fin})
 			w := newWakeups(reg)
-			m := newMatchErrors()
+			m := newPolicyObjects()
 			if tc.matchError {
 				m.set(pkey, NewTargetKey(configMaps, "shop", "orders"), true)
 			}

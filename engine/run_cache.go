@@ -12,7 +12,9 @@ import (
 
 // CacheOptions returns opts with what the engine asks of the manager's cache: runs that are only
 // records (labelled v1alpha1.LabelReleased) are not cached at all, and the others are cached
-// trimmed (see trimRun). Without it the engine works the same, in more memory.
+// trimmed (see trimRun). Without it the engine works the same, in more memory. (The admission
+// objects the engine keeps are cached whole, others' too: a cluster has few, and a ByObject entry
+// for them would stop the manager from starting on a cluster that does not serve them.)
 func CacheOptions(opts cache.Options) cache.Options {
 	by := make(map[client.Object]cache.ByObject, len(opts.ByObject)+1)
 	for obj, o := range opts.ByObject {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/teardown-dev/teardown-operator/engine/ownwrites"
+	"github.com/teardown-dev/teardown-operator/engine/policy"
 )
 
 // armer writes the finalizers of the target reconciler's objects, and remembers the echo of an
@@ -16,6 +18,8 @@ import (
 type armer struct {
 	fin    *finalizerWriter
 	echoes *ownwrites.Echoes[TargetKey]
+	// late counts the objects the operator armed itself, by policy: not at admission.
+	late *prometheus.CounterVec
 }
 
 // arm writes the live object's finalizers. A request on an object just armed is looked at once
@@ -38,6 +42,18 @@ func (a armer) arm(ctx context.Context, key TargetKey, obj *metav1.PartialObject
 		a.echoes.Wrote(key, rv)
 	}
 	return nil
+}
+
+// armedLate counts the finalizers the operator added, by policy (teardown_objects_armed_by_operator_total).
+func (a armer) armedLate(registry *policy.Registry, ns string, added []string) {
+	if a.late == nil {
+		return
+	}
+	for _, f := range added {
+		if pkey, ok := registry.ForFinalizer(f, ns); ok {
+			a.late.WithLabelValues(pkey.String()).Inc()
+		}
+	}
 }
 
 // release removes one finalizer from the object of that UID.

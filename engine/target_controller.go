@@ -105,7 +105,11 @@ func (r *targetReconciler) reconcileLive(ctx context.Context, key TargetKey, obj
 	if !changed {
 		return reconcile.Result{}, r.requests(ctx, key, obj, v)
 	}
-	return reconcile.Result{}, r.arming.arm(ctx, key, obj, next, r.finalizersOnly(key))
+	if err := r.arming.arm(ctx, key, obj, next, r.finalizersOnly(key)); err != nil {
+		return reconcile.Result{}, err
+	}
+	r.arming.armedLate(r.registry, key.Namespace, added)
+	return reconcile.Result{}, nil
 }
 
 // desiredFinalizers returns the finalizers the object should carry (want) and those whose presence
@@ -118,6 +122,7 @@ func (r *targetReconciler) desiredFinalizers(ctx context.Context, key TargetKey,
 	defer func() {
 		if err == nil {
 			r.recordMatchErrors(ctx, key, obj, policies, failed)
+			r.matches.recordRejects(key, policies, look.rejected)
 		}
 	}()
 	for _, p := range policies {

@@ -20,6 +20,9 @@ type lazyObject struct {
 	key      TargetKey
 	nsLabels map[string]string
 	full     map[string]any
+	// rejected are the policies whose labels and namespace select the object and whose match
+	// does not.
+	rejected map[policy.Key]bool
 }
 
 // errGone is returned when the object went while it was being looked at.
@@ -56,6 +59,12 @@ func (l *lazyObject) selectedBy(ctx context.Context, p *policy.Compiled, obj *me
 	ok, err := p.MatchObject(ctx, full)
 	if err != nil {
 		return false, &matchError{err}
+	}
+	if !ok {
+		if l.rejected == nil {
+			l.rejected = map[policy.Key]bool{}
+		}
+		l.rejected[p.Key] = true
 	}
 	return ok, nil
 }

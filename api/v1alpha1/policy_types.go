@@ -393,6 +393,11 @@ type TeardownPolicyStatus struct {
 
 	// conditions: Ready says whether the policy is valid, its target kind served and its targets
 	// protected; when it is False the reason and message name the field at fault.
+	// ProtectedFromCreation says whether a MutatingAdmissionPolicy adds the policy's finalizer to
+	// the objects it selects when they are created, even while the operator is down (True), or,
+	// with the reason, why they are armed only once the operator sees them. VetoEnforced says
+	// whether the admission policy that enforces a deletion guard or a two-phase trigger is
+	// installed.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -482,6 +487,7 @@ type RecentTeardown struct {
 // +kubebuilder:printcolumn:name="Succeeded",type=integer,JSONPath=`.status.teardowns.succeeded`,priority=1
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.teardowns.failed`,priority=1
 // +kubebuilder:printcolumn:name="Last-Teardown",type=date,JSONPath=`.status.recentTeardowns[0].completionTime`,priority=1
+// +kubebuilder:printcolumn:name="From-Creation",type=string,JSONPath=`.status.conditions[?(@.type=="ProtectedFromCreation")].status`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
@@ -516,6 +522,7 @@ type TeardownPolicyList struct {
 // +kubebuilder:printcolumn:name="Succeeded",type=integer,JSONPath=`.status.teardowns.succeeded`,priority=1
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.teardowns.failed`,priority=1
 // +kubebuilder:printcolumn:name="Last-Teardown",type=date,JSONPath=`.status.recentTeardowns[0].completionTime`,priority=1
+// +kubebuilder:printcolumn:name="From-Creation",type=string,JSONPath=`.status.conditions[?(@.type=="ProtectedFromCreation")].status`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1

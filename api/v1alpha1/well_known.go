@@ -87,6 +87,10 @@ const (
 	// while the ValidatingAdmissionPolicy that refuses vetoed DELETEs (AdmissionPolicyName) and
 	// its binding are installed; False while verdicts are published and nothing enforces them.
 	ConditionVetoEnforced = "VetoEnforced"
+	// ConditionProtectedFromCreation is a policy's: True while a MutatingAdmissionPolicy adds its
+	// finalizer to the objects it selects when they are created, whether or not the operator
+	// runs; False, with the reason, while objects are armed only once the operator sees them.
+	ConditionProtectedFromCreation = "ProtectedFromCreation"
 	// ConditionFailed is True on a run whose pipeline failed; it stays True if the run is then
 	// abandoned, so the failure does not disappear from view.
 	ConditionFailed = "Failed"
@@ -111,6 +115,45 @@ const (
 	ReasonAdmissionMissing    = "AdmissionPolicyMissing"
 	ReasonAdmissionUnverified = "AdmissionPolicyUnverified"
 )
+
+// Reasons of a policy's ProtectedFromCreation condition.
+const (
+	// ReasonArmedAtAdmission: the policy's MutatingAdmissionPolicy and its binding are in place.
+	ReasonArmedAtAdmission = "ArmedAtAdmission"
+	// ReasonMatchNotAdmissible: spec.match cannot run at admission (a function or variable the
+	// API server lacks), so no admission policy arms the targets.
+	ReasonMatchNotAdmissible = "MatchNotAdmissible"
+	// ReasonAdmissionUnavailable: the cluster does not serve admissionregistration.k8s.io/v1
+	// MutatingAdmissionPolicy.
+	ReasonAdmissionUnavailable = "AdmissionUnavailable"
+	// ReasonAdmissionDisabled: the operator runs with --admission-arming=false.
+	ReasonAdmissionDisabled = "AdmissionArmingDisabled"
+	// ReasonArmingPending: the target kind's schema is too new for the API server to apply an
+	// admission policy to it (see the message); the policy is armed at creation seconds later.
+	ReasonArmingPending = "ArmingPolicyPending"
+	// ReasonArmingRefused: the API server refused the admission policy; the message says why.
+	ReasonArmingRefused = "ArmingPolicyRefused"
+	// ReasonNotProtecting: the policy is not Ready (invalid, suspended, its kind not served), so
+	// nothing arms its targets.
+	ReasonNotProtecting = "NotProtecting"
+)
+
+// Labels of the MutatingAdmissionPolicies and bindings that arm a policy's targets at creation,
+// besides LabelPolicyKind, LabelPolicy and LabelPolicyNamespace.
+const (
+	// LabelManagedBy is Kubernetes' recommended label; the operator's admission objects carry it
+	// with the value ManagedBy, which selects them all (drain, an operator run with arming off).
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "teardown-operator"
+	// LabelPolicyUID is the UID of the policy they arm for: the admission objects of a policy
+	// deleted and created again under the same name are recognised and updated.
+	LabelPolicyUID = "teardown.dev/policy-uid"
+)
+
+// AnnotationPolicy, on a MutatingAdmissionPolicy and its binding that arm a policy's targets at
+// creation, names that policy: <kind>/<namespace>/<name>, or <kind>/<name> for a
+// ClusterTeardownPolicy.
+const AnnotationPolicy = "teardown.dev/policy"
 
 // The operator's leader election: the Lease the replica that acts holds and renews, in its
 // --leader-election-namespace (by default its run namespace). Tools read it to tell whether an

@@ -6,6 +6,7 @@ package lint
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -218,12 +219,16 @@ func (l *Linter) checkDoc(ctx context.Context, d *manifest.Document) []Problem {
 			view.Key.Name+" (also defined at "+prev+")")})...)
 	}
 	l.seen[view.Key] = d.Where(0)
-	_, cerrs := l.compiler.Compile(view)
+	compiled, cerrs := l.compiler.Compile(view)
 	cerrs = append(cerrs, l.kindErrors(view)...)
 	out = append(out, at(Error, "compile", cerrs)...)
 	ignored, unknown := ignoredRisks(obj.GetAnnotations())
 	out = append(out, at(Warning, RiskUnknownIgnore, unknown)...)
 	risks := append(Risks(view.Spec), l.lookupRisks(view)...)
+	if compiled != nil && compiled.MatchNotAdmissible != nil {
+		risks = append(risks, Risk{Code: RiskMatchNotAdmissible, Err: field.Invalid(field.NewPath("spec", "match"), field.OmitValueType{},
+			fmt.Sprintf("%v: no admission policy arms objects at creation, so an object created while the operator is down, and deleted before it is back, skips its teardown; write it with what the API server has", errors.Unwrap(compiled.MatchNotAdmissible)))})
+	}
 	for _, r := range append(risks, unsafeReads(l.compiler.Env(), view.Spec)...) {
 		if !ignored[r.Code] {
 			out = append(out, at(Warning, r.Code, field.ErrorList{r.Err})...)

@@ -27,13 +27,17 @@ const (
 	// RiskUnsafeRead: match, a step's when or a deletion guard's deny reads a field of the object
 	// that may be absent, unguarded (an evaluation error, not false, where it is absent).
 	RiskUnsafeRead = "unsafe-read"
+	// RiskMatchNotAdmissible: the match cannot run as a match condition of a
+	// MutatingAdmissionPolicy (a function or variable the API server lacks), so objects are armed
+	// only once the operator sees them, not at creation.
+	RiskMatchNotAdmissible = "match-not-admissible"
 	// RiskUnknownIgnore: the ignore annotation names a code that is no risk's (a typo ignores
 	// nothing).
 	RiskUnknownIgnore = "unknown-ignore"
 )
 
 // RiskCodes are the codes a policy may accept with the ignore annotation.
-var RiskCodes = []string{RiskUnboundedWait, RiskRetainWithoutTimeout, RiskJobWithoutDeadline, RiskSecretOverPlainHTTP, RiskKindNotServed, RiskUnsafeRead}
+var RiskCodes = []string{RiskUnboundedWait, RiskRetainWithoutTimeout, RiskJobWithoutDeadline, RiskSecretOverPlainHTTP, RiskKindNotServed, RiskUnsafeRead, RiskMatchNotAdmissible}
 
 // Risk is what compiles but is risky, at the field to change.
 type Risk struct {

@@ -40,7 +40,7 @@ func main() {
 // options are the operator's flags.
 type options struct {
 	metricsAddr, probeAddr, pprofAddr, leaderNS, runNS string
-	leaderElect                                        bool
+	leaderElect, admissionArming                       bool
 	targetWorkers, runWorkers                          int
 	retention, stuckAfter, resync                      time.Duration
 	qps                                                float64
@@ -57,6 +57,8 @@ func parseFlags() *options {
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
 	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address to serve Go's profiles (/debug/pprof) on, for diagnosis; empty (the default) serves none.")
 	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
+	flag.BoolVar(&o.admissionArming, "admission-arming", true,
+		"Keep a MutatingAdmissionPolicy per Ready policy that adds its finalizer to matching objects at creation, whether or not the operator runs (where the cluster serves them); false removes those the operator made.")
 	flag.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the run namespace).")
 	flag.StringVar(&o.runNS, "run-namespace", envOr("POD_NAMESPACE", "teardown-system"),
 		"Namespace for the TeardownRuns of cluster-scoped targets and of targets whose namespace is being deleted. It must exist.")
@@ -150,6 +152,8 @@ func newManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o
 		StuckAfter:    o.stuckAfter,
 		Resync:        o.resync,
 		Fence:         lock.Check,
+
+		DisableAdmissionArming: !o.admissionArming,
 	}, builtin.Kinds(builtin.Options{HTTP: httpOpts})...)
 	if err != nil {
 		return nil, nil, err

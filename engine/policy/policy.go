@@ -4,7 +4,6 @@
 package policy
 
 import (
-	"context"
 	"fmt"
 	"sync"
 
@@ -15,9 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/util/version"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/admission"
 	"github.com/teardown-dev/teardown-operator/internal/expr"
 	"github.com/teardown-dev/teardown-operator/internal/naming"
 	"github.com/teardown-dev/teardown-operator/steps"
@@ -116,29 +117,9 @@ type Compiled struct {
 	Deleting          bool
 	// SuspendedBy names who set spec.suspend, from the policy's managed fields.
 	SuspendedBy string
-}
-
-// InScope reports whether an object in namespace ns may be a target at all: a TeardownPolicy
-// only sees its own namespace.
-func (c *Compiled) InScope(ns string) bool {
-	return !c.Key.Namespaced() || c.Key.Namespace == ns
-}
-
-// Selects reports whether labels (and the namespace's labels, for cluster policies) select an
-// object. CEL match is separate because it needs the full object. Objects that steps made for a
-// run (a job step's Jobs and their pods) are never targets: a policy on Jobs or Pods would
-// otherwise hold its own teardown work, and start teardowns of it.
-func (c *Compiled) Selects(objLabels, nsLabels map[string]string, namespaced bool) bool {
-	if _, made := objLabels[v1alpha1.LabelRunUID]; made {
-		return false
-	}
-	if !c.Selector.Matches(labels.Set(objLabels)) {
-		return false
-	}
-	if c.NamespaceSelector != nil && namespaced {
-		return c.NamespaceSelector.Matches(labels.Set(nsLabels))
-	}
-	return true
+	// MatchNotAdmissible says why the match cannot run at admission (admission.CheckMatch):
+	// then no admission policy arms the targets at creation. Nil when it can, or there is none.
+	MatchNotAdmissible error
 }
 
 // Compiler compiles policies and pipelines. Pipelines are cached by policy UID and generation,
@@ -150,6 +131,9 @@ type Compiler struct {
 	scope func(schema.GroupVersionKind) (bool, error)
 	// types gives kinds' CEL types (a resource step's `resource`); nil leaves them dyn.
 	types func(schema.GroupVersionKind) (expr.Type, error)
+	// apiServer is the version of the API server a match is checked against for admission; nil
+	// checks against admission.MinVersion.
+	apiServer *version.Version
 
 	mu    sync.Mutex
 	cache map[pipelineKey]*Pipeline
@@ -180,6 +164,13 @@ func NewCompiler(env *expr.Env, kinds steps.Registry, scope func(schema.GroupVer
 // returns c.
 func (c *Compiler) WithKindTypes(types func(schema.GroupVersionKind) (expr.Type, error)) *Compiler {
 	c.types = types
+	return c
+}
+
+// WithAPIServerVersion makes the compiler check whether a policy's match runs at admission
+// against the CEL of that version of the API server. It returns c.
+func (c *Compiler) WithAPIServerVersion(v *version.Version) *Compiler {
+	c.apiServer = v
 	return c
 }
 
@@ -238,6 +229,8 @@ func (c *Compiler) Compile(v View) (*Compiled, field.ErrorList) {
 		out.Match, err = c.env.WithSteps(expr.StepScope{Match: true}).CompileCondition(spec.Match)
 		if err != nil {
 			errs = append(errs, field.Invalid(specPath.Child("match"), spec.Match, err.Error()))
+		} else if err := admission.CheckMatch(spec.Match, c.apiServer); err != nil {
+			out.MatchNotAdmissible = fmt.Errorf("spec.match: %w", err)
 		}
 	}
 	pipe, perrs := c.compilePipeline(&spec.Pipeline, v.Key.Namespace, out.GVK, specPath)
@@ -384,25 +377,4 @@ func stepScope(infos []expr.StepInfo, i int) expr.StepScope {
 		after = append(after, info.Name)
 	}
 	return expr.StepScope{Before: infos[:i], After: after}
-}
-
-func selector(ls *metav1.LabelSelector) (labels.Selector, error) {
-	if ls == nil {
-		return labels.Everything(), nil
-	}
-	return metav1.LabelSelectorAsSelector(ls)
-}
-
-// MatchObject evaluates the policy's CEL match against a full object.
-func (c *Compiled) MatchObject(ctx context.Context, obj map[string]any) (bool, error) {
-	if c.Match == nil {
-		return true, nil
-	}
-	return c.Match.EvalBool(ctx, ObjectVars(obj))
-}
-
-// ObjectVars are the variables of an expression evaluated before any run exists (a match, a
-// deletion guard): the object, and no steps or run.
-func ObjectVars(obj map[string]any) expr.Vars {
-	return expr.Vars{expr.VarObject: obj, expr.VarSteps: map[string]any{}, expr.VarRun: map[string]any{}}
 }

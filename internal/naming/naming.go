@@ -104,3 +104,17 @@ func JobName(runName, step string, attempt int32) string {
 	s := strings.ReplaceAll(fmt.Sprintf("%s-%s-%d", runName, step, attempt), ".", "-")
 	return Shorten(s, MaxLabel)
 }
+
+// ArmingPolicyName returns the name of the MutatingAdmissionPolicy (and of its binding) that
+// arms a policy's targets at creation: "teardown.dev-arm-tdp-<namespace>.<name>" for a
+// TeardownPolicy, "teardown.dev-arm-ctdp-<name>" for a ClusterTeardownPolicy (the short names of
+// the kinds), shortened with a hash past 253 characters.
+func ArmingPolicyName(policyNamespace, policyName string) string {
+	if policyNamespace == "" {
+		return Shorten(Domain+"-arm-ctdp-"+policyName, maxSubdomain)
+	}
+	return Shorten(Domain+"-arm-tdp-"+policyNamespace+"."+policyName, maxSubdomain)
+}
+
+// maxSubdomain is the longest DNS subdomain, the limit of most object names.
+const maxSubdomain = 253

@@ -161,3 +161,23 @@ func TestJobNameStable(t *testing.T) {
 		t.Errorf("JobName changed: %q", got)
 	}
 }
+
+func TestArmingPolicyName(t *testing.T) {
+	long := strings.Repeat("n", 253)
+	tests := []struct{ ns, name, want string }{
+		{"shop", "db", "teardown.dev-arm-tdp-shop.db"},
+		{"", "buckets", "teardown.dev-arm-ctdp-buckets"},
+		// A cluster policy a.b and a TeardownPolicy b in namespace a do not meet.
+		{"", "a.b", "teardown.dev-arm-ctdp-a.b"},
+		{"a", "b", "teardown.dev-arm-tdp-a.b"},
+	}
+	for _, tt := range tests {
+		if got := ArmingPolicyName(tt.ns, tt.name); got != tt.want {
+			t.Errorf("ArmingPolicyName(%q, %q) = %q; want %q", tt.ns, tt.name, got, tt.want)
+		}
+	}
+	a, b := ArmingPolicyName("shop", long), ArmingPolicyName("shop", long[1:])
+	if len(a) > 253 || a == b {
+		t.Errorf("long names: %d characters, %q and %q", len(a), a, b)
+	}
+}

@@ -32,6 +32,9 @@ const (
 	// contenderJob is teardown-operator at its defaults with -step resource's pipeline written as a
 	// job step (a Job running kubectl): not in the default lineup, and only with -step resource.
 	contenderJob = "operator-job"
+	// contenderLate is teardown-operator at its defaults but --admission-arming=false: it arms
+	// each object after its creation, as on a cluster without MutatingAdmissionPolicy.
+	contenderLate = "operator-late"
 )
 
 // rawFinalizer is the finalizer the raw contender's objects are created with.
@@ -46,6 +49,8 @@ type contender struct {
 	policy *v1alpha1.RunHistory
 	// jobStep writes -step resource's pipeline as a job step instead (operator-job).
 	jobStep bool
+	// args are flags the contender's process gets besides the benchmark's own.
+	args []string
 	// arm makes the contender protect the app=bench ConfigMaps of the namespaces.
 	arm func(ctx context.Context, c client.Client, namespaces []string, steps []v1alpha1.Step) error
 	// ready reports whether it is ready to protect them; nil: as soon as it is armed.
@@ -58,12 +63,15 @@ func contenders() map[string]contender {
 	none := func(context.Context, client.Client, []string, []v1alpha1.Step) error { return nil }
 	job := operatorContender(contenderJob, "")
 	job.jobStep = true
+	late := operatorContender(contenderLate, "")
+	late.args = []string{"--admission-arming=false"}
 	return map[string]contender{
 		contenderRaw:      {name: contenderRaw, arm: none, protected: finalizedBy(rawFinalizer)},
 		contenderPeer:     {name: contenderPeer, start: startPeer, arm: none, protected: finalizedBy("peer.example.com/cleanup")},
 		contenderOperator: operatorContender(contenderOperator, ""),
 		contenderAll:      operatorContender(contenderAll, v1alpha1.RunHistoryAll),
 		contenderJob:      job,
+		contenderLate:     late,
 	}
 }
 
@@ -84,7 +92,7 @@ func (b *bench) policySteps() []v1alpha1.Step {
 // operatorContender is teardown-operator with a policy keeping the given run history ("": the
 // field left out, the default).
 func operatorContender(name string, history v1alpha1.RunHistory) contender {
-	return contender{name: name, start: startOperator, policy: &history, protected: operatorProtected,
+	return contender{name: name, start: startOperator, policy: &history, protected: operatorProtected(),
 		arm: func(ctx context.Context, c client.Client, namespaces []string, steps []v1alpha1.Step) error {
 			p, _ := operatorPolicy(namespaces, steps, history)
 			return c.Create(ctx, p)
@@ -118,12 +126,15 @@ func operatorStatus(ctx context.Context, c client.Client, namespaces []string) (
 	return st, c.Get(ctx, client.ObjectKeyFromObject(p), p)
 }
 
-func operatorProtected(ctx context.Context, c client.Client, namespaces []string) (int, error) {
-	st, err := operatorStatus(ctx, c, namespaces)
-	if err != nil {
-		return 0, err
+// operatorProtected counts the targets carrying the operator policy's finalizer, listed as the
+// other contenders' are: its status recounts at most once a second, and an object the API server
+// armed at its creation is protected when the create returns.
+func operatorProtected() func(ctx context.Context, c client.Client, namespaces []string) (int, error) {
+	count := map[bool]func(context.Context, client.Client, []string) (int, error){
+		false: finalizedBy("teardownpolicy.teardown.dev/bench"), true: finalizedBy("clusterteardownpolicy.teardown.dev/bench")}
+	return func(ctx context.Context, c client.Client, namespaces []string) (int, error) {
+		return count[len(namespaces) > 1](ctx, c, namespaces)
 	}
-	return int(st.Protected), nil
 }
 
 // finalizedBy counts the targets, in every namespace, that carry a finalizer.

@@ -100,7 +100,7 @@ func parseFlags() options {
 	flag.StringVar(&o.step, "step", stepWait, "the policy's steps: wait (one, duration 0), http (one, a POST to a local server), pipeline (wait 0s, http, wait 0s) or resource (one, creating a record ConfigMap per target as a ServiceAccount)")
 	flag.DurationVar(&o.httpDelay, "http-delay", 0, "with -step http, how long the local server waits before it answers")
 	flag.DurationVar(&o.profile, "profile", 0, "profile the operator's CPU for this long from the first delete, its allocations, and its heap in use before the deletes, through --pprof-bind-address (bin/bench-operator.*.pprof)")
-	flag.StringVar(&o.contenders, "contenders", "raw,peer,operator,operator-all", "who protects the targets, each on a fresh cluster: raw (the benchmark releases them itself), peer (a hand-written controller), operator (its defaults: runHistory SkipImmediateSuccess), operator-all (runHistory All, a TeardownRun for every deletion); with -step resource also operator-job (that pipeline as a job step running kubectl, whose pod kwok completes without running it)")
+	flag.StringVar(&o.contenders, "contenders", "raw,peer,operator,operator-all", "who protects the targets, each on a fresh cluster: raw (the benchmark releases them itself), peer (a hand-written controller), operator (its defaults: runHistory SkipImmediateSuccess), operator-all (runHistory All, a TeardownRun for every deletion), operator-late (the defaults but --admission-arming=false: objects armed after their creation); with -step resource also operator-job (that pipeline as a job step running kubectl, whose pod kwok completes without running it)")
 	flag.BoolVar(&o.namespace, "namespace", false, "delete the targets' namespace instead of each target, and time until the namespace is gone")
 	flag.BoolVar(&o.writeCost, "write-cost", false, "instead of a teardown, measure the API server's and etcd's CPU per create of each object a teardown writes (a ConfigMap, an event, a TeardownRun) and per release of a terminating object, for each way of releasing it")
 	flag.Parse()
@@ -169,6 +169,12 @@ type result struct {
 	contender      string
 	protect, total time.Duration
 	p50, p99       time.Duration
+	// createP50 and createP99 are the latencies of the first targets' creates, and armedAtCreate
+	// how many returned the object armed.
+	createP50, createP99 time.Duration
+	// createP99After is the p99 of the creates after the first -parallel.
+	createP99After time.Duration
+	armedAtCreate  int
 	writes, reads  float64 // per object
 	// RSS of the contender's process (-1: no process, the raw floor): idle (ready to protect,
 	// nothing protected yet), with n protected objects before the deletes, its peak, and with n

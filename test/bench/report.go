@@ -83,6 +83,8 @@ func (b *bench) print(r *result, lat []time.Duration, writes map[string]int) {
 	}
 	m := b.o.deletes
 	fmt.Printf("  protect %d new objects (create to finalizer):  %s  (%.0f objects/s)\n", b.o.n, r.protect.Round(time.Millisecond), r.armRate(b.o))
+	fmt.Printf("  create latency p50 / p99:                    %s / %s, p99 after the first %d: %s  (%d of %d creates returned the object armed)\n",
+		r.createP50, r.createP99, b.o.parallel, r.createP99After, r.armedAtCreate, b.o.n)
 	fmt.Printf("  first delete to last target gone:            %s  (%.0f targets/s)\n", r.total.Round(time.Millisecond), r.rate(b.o))
 	fmt.Printf("  delete-to-gone latency p50 / p90 / p99 / max: %s / %s / %s / %s\n",
 		r.p50, pct(lat, 90), r.p99, lat[len(lat)-1].Round(time.Millisecond))

@@ -12,7 +12,7 @@ func lineup(o options) ([]contender, error) {
 	for _, name := range strings.Split(o.contenders, ",") {
 		c, ok := contenders()[strings.TrimSpace(name)]
 		if !ok {
-			return nil, fmt.Errorf("-contenders: no contender %q (raw, peer, operator, operator-all, operator-job)", name)
+			return nil, fmt.Errorf("-contenders: no contender %q (raw, peer, operator, operator-all, operator-job, operator-late)", name)
 		}
 		cs = append(cs, c)
 	}
@@ -52,15 +52,18 @@ func median(vs []float64) float64 {
 }
 
 // summarize prints, for each contender, the median over the rounds of its ratios to the peer of the
-// same round: objects/s, p99, CPU per object of the whole machine, and peak RSS.
+// same round: objects/s, p99, CPU per object of the whole machine, peak RSS, objects armed a
+// second and the p99 of their creates.
 func summarize(o options, rounds [][]result) {
 	fmt.Printf("\nover %d rounds (order alternating): medians of each round's ratio to that round's peer\n", len(rounds))
-	fmt.Printf("  %-18s %12s %12s %16s %12s\n", "contender", "objects/s", "p99", "CPU per object", "peak RSS")
+	fmt.Printf("  %-18s %12s %12s %16s %12s %12s %12s\n", "contender", "objects/s", "p99", "CPU per object", "peak RSS", "armed/s", "create p99")
 	metrics := []func(result) float64{
 		func(r result) float64 { return r.rate(o) },
 		func(r result) float64 { return r.p99.Seconds() },
 		func(r result) float64 { return r.cpuPerObject(o) },
 		func(r result) float64 { return float64(r.peak) },
+		func(r result) float64 { return r.armRate(o) },
+		func(r result) float64 { return r.createP99.Seconds() },
 	}
 	for i, first := range rounds[0] {
 		line := fmt.Sprintf("  %-18s", first.contender)
@@ -71,7 +74,7 @@ func summarize(o options, rounds [][]result) {
 					ratios = append(ratios, metric(round[i])/metric(*peer))
 				}
 			}
-			width := []int{12, 12, 16, 12}[j]
+			width := []int{12, 12, 16, 12, 12, 12}[j]
 			line += fmt.Sprintf(" %*s", width, fmt.Sprintf("%.2fx", median(ratios)))
 		}
 		fmt.Println(line)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,6 +36,10 @@ type bench struct {
 	namespaces []string       // the targets', target i in namespaces[i % len]
 	pprof      string         // the operator's --pprof-bind-address, with -profile
 	pids       map[string]int // the cluster's processes and the contender's, by name
+	// creates are the durations of the first targets' create requests, and armedAtCreate how
+	// many of them returned the object with a finalizer (armed by an admission policy).
+	creates       []time.Duration
+	armedAtCreate atomic.Int64
 }
 
 // runOne measures one contender on a fresh cluster of its own. Each round has its own cluster
@@ -78,6 +83,7 @@ func runOne(o options, con contender, round int) (*result, error) {
 	if r.protect, err = b.protect(ctx); err != nil {
 		return nil, err
 	}
+	r.createP50, r.createP99, r.createP99After, r.armedAtCreate = b.createLatency()
 	if b.proc != nil {
 		r.rssProtected = b.proc.rss()
 	}
@@ -139,7 +145,7 @@ func (b *bench) startContender() error {
 		}
 		modeArgs = append(modeArgs, "--pprof-bind-address="+b.pprof)
 	}
-	b.proc, err = b.contender.start(b.o, b.kubeconfig, modeArgs)
+	b.proc, err = b.contender.start(b.o, b.kubeconfig, append(modeArgs, b.contender.args...))
 	return err
 }
 

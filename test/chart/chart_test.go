@@ -235,7 +235,7 @@ func TestFullValues(t *testing.T) {
 		t.Errorf("image = %s, want the digest", c.Image)
 	}
 	for _, arg := range []string{"--run-namespace=teardown-runs", "--target-workers=32", "--run-workers=8", "--run-retention=720h",
-		"--stuck-after=30m", "--http-allowed-destinations=10.20.0.0/16,127.0.0.1:8443", "--zap-log-level=debug",
+		"--stuck-after=30m", "--admission-arming=false", "--http-allowed-destinations=10.20.0.0/16,127.0.0.1:8443", "--zap-log-level=debug",
 		"--http-inline-wait=50ms", "--metrics-bind-address=:9090"} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("args %v lack %s", c.Args, arg)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
 	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
@@ -149,6 +152,11 @@ var _ = Describe("The Helm chart", Ordered, func() {
 		Expect(c.Create(ctx, cm)).To(Succeed())
 		hp := framework.Probe{Client: c}
 		Eventually(hp.Finalizers(ctx, cm), time.Minute).Should(ContainElement("teardownpolicy.teardown.dev/cleanup"))
+		Eventually(func(g Gomega) {
+			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+			g.Expect(apimeta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionProtectedFromCreation)).To(BeTrue(), "%v", p.Status.Conditions)
+		}, 30*time.Second).Should(Succeed(), "the chart's ClusterRole lets the operator keep the policy's admission policy")
+		Expect(c.Get(ctx, client.ObjectKey{Name: naming.ArmingPolicyName(tns, p.Name)}, &admissionv1.MutatingAdmissionPolicyBinding{})).To(Succeed())
 		Expect(c.Delete(ctx, cm)).To(Succeed())
 		Eventually(hp.Gone(ctx, cm), time.Minute).Should(BeTrue())
 		Expect(hp.RunFor(ctx, cm)()).To(BeNil(), "a teardown done at once leaves no run, at the default runHistory")
@@ -241,6 +249,10 @@ var _ = Describe("The Helm chart", Ordered, func() {
 		AddReportEntry("drain", drainOut.String())
 		Expect(drainOut.String()).To(ContainSubstring("stopped deployment " + ns + "/" + release + " (was 2 replicas)"))
 		Expect(drainOut.String()).To(ContainSubstring(tns + "/held"))
+		Expect(drainOut.String()).To(ContainSubstring("removed 2 MutatingAdmissionPolicies (and their bindings) that arm objects at creation"))
+		left := &admissionv1.MutatingAdmissionPolicyList{}
+		Expect(c.List(ctx, left, client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedBy})).To(Succeed())
+		Expect(left.Items).To(BeEmpty(), "the uninstall hook removes the admission policies that arm objects at creation")
 		Expect(<-uninstalled).To(Succeed(), uninstallOut.String())
 
 		Eventually(hp.Gone(ctx, held), time.Minute).Should(BeTrue())

@@ -7,12 +7,14 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/cli"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
 	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
@@ -51,6 +53,7 @@ var _ = Describe("kubectl teardown plan", func() {
 		p := namespacedPolicy(ns, "hold", waitStep("hold", time.Hour))
 		cm := protect(ctx, p, "orders")
 		DeferCleanup(func() { breakGlass(ctx, cm) }) // once the operator is back (cleanups run last first)
+		Eventually(armedAtCreation(ctx, configMap(ns, "probe", map[string]string{"app": p.Name}), finalizerOf(p)), 10*time.Second).Should(BeTrue())
 
 		stopOperator()
 		restarted := false
@@ -76,9 +79,19 @@ var _ = Describe("kubectl teardown plan", func() {
 			ContainSubstring("delete: the object is already being deleted")))
 		Expect(out).NotTo(ContainSubstring("kubectl teardown abandon"), "abandon needs the operator running")
 
-		By("an object created while the operator is down is selected but not armed: deleted now, it would go without its teardown")
-		late := configMap(ns, "late", map[string]string{"app": p.Name})
+		By("an object created while the operator is down is armed at its creation, by the policy's admission policy")
+		born := configMap(ns, "born", map[string]string{"app": p.Name})
+		Expect(k8s.Create(ctx, born)).To(Succeed())
+		Expect(born.Finalizers).To(ConsistOf(finalizerOf(p)))
+		out, errOut, code = kubectlTeardown("plan", "configmap/born", "-n", ns)
+		Expect(code).To(Equal(cli.ExitOK), errOut)
+		Expect(out).To(ContainSubstring("protected from creation: yes: MutatingAdmissionPolicy " + naming.ArmingPolicyName(ns, p.Name)))
+
+		By("an object that comes to match while the operator is down is selected but not armed: deleted now, it would go without its teardown")
+		late := configMap(ns, "late", map[string]string{"app": "not-yet"})
 		Expect(k8s.Create(ctx, late)).To(Succeed())
+		update(ctx, late, func(c *corev1.ConfigMap) { c.Labels["app"] = p.Name })
+		Expect(late.Finalizers).To(BeEmpty())
 		out, errOut, code = kubectlTeardown("plan", "configmap/late", "-n", ns)
 		Expect(code).To(Equal(cli.ExitOK), errOut)
 		Expect(out).To(ContainSubstring("the operator is not running (no replica has held its lease since " + down.UTC().Format(time.RFC3339) + "), so nothing arms it; deleted now, it would go without this teardown"))
