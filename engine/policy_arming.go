@@ -60,17 +60,19 @@ func (a *admissionArming) sync(ctx context.Context, v policy.View, compiled *pol
 			"%v; objects are armed by the operator once it sees them, as on a cluster without admission policies", compiled.MatchNotAdmissible)), 0, a.removeCached(ctx, v.Key)
 	}
 	spec := admissionSpec(v, compiled, mapping)
-	if wait, err := a.schemas.wait(compiled.GVK); (err != nil || wait > 0) && !a.exists(ctx, spec.Name()) {
-		return protectedFromCreation(false, v1alpha1.ReasonArmingPending, fmt.Sprintf(
-			"waiting until the API server has had the schema of %s %s for %s before MutatingAdmissionPolicy %s matches it: until then the API server refuses every create such a policy matches; objects are armed by the operator meanwhile",
-			compiled.GVK.Kind, compiled.GVK.GroupVersion(), schemaSettle, spec.Name())), max(wait, time.Second), err
+	if !a.exists(ctx, spec.Name()) {
+		// Only before it is made: one that exists is kept up to date whatever the gate says.
+		if wait, err := a.schemas.wait(compiled.GVK); err != nil || wait > 0 {
+			return protectedFromCreation(false, v1alpha1.ReasonArmingPending, fmt.Sprintf(
+				"waiting until the API server has had the schema of %s %s for %s before MutatingAdmissionPolicy %s matches it: until then the API server refuses every create such a policy matches; objects are armed by the operator meanwhile",
+				compiled.GVK.Kind, compiled.GVK.GroupVersion(), schemaSettle, spec.Name())), max(wait, time.Second), err
+		}
 	}
 	cond, err := a.apply(ctx, spec, compiled)
 	return cond, 0, err
 }
 
-// exists reports whether the cache holds the admission policy of that name: one that exists
-// already is kept up to date whatever schemaGate says.
+// exists reports whether the cache holds the admission policy of that name.
 func (a *admissionArming) exists(ctx context.Context, name string) bool {
 	return a.client.Get(ctx, client.ObjectKey{Name: name}, &admissionv1.MutatingAdmissionPolicy{}) == nil
 }
