@@ -8,7 +8,6 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
@@ -29,10 +28,7 @@ func (d *drainer) removeAdmission(ctx context.Context, key *policy.Key) error {
 	if !d.dryRun {
 		defer d.settle(ctx)
 		for _, name := range names {
-			for _, obj := range []client.Object{
-				&admissionv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}},
-				&admissionv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}},
-			} {
+			for _, obj := range admission.Objects(name) {
 				if err := d.kube.client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
 					return fmt.Errorf("deleting %T %s: %w", obj, name, apiError(err))
 				}

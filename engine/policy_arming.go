@@ -17,6 +17,7 @@ import (
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/admission"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/internal/naming"
 )
 
 // admissionSettle is how long a policy being deleted waits, once its admission policy is gone,
@@ -153,8 +154,8 @@ func (a *admissionArming) removeCached(ctx context.Context, key policy.Key) erro
 	if !a.active() {
 		return nil
 	}
-	name := admissionName(key)
-	for _, obj := range admissionObjects(name) {
+	name := naming.ArmingPolicyName(key.Namespace, key.Name)
+	for _, obj := range admission.Objects(name) {
 		if err := a.client.Get(ctx, client.ObjectKey{Name: name}, obj); apierrors.IsNotFound(err) {
 			continue
 		} else if err != nil {
@@ -178,7 +179,7 @@ func (a *admissionArming) removeBeforeRelease(ctx context.Context, key policy.Ke
 		return 0, nil
 	}
 	deleted := false
-	for _, obj := range admissionObjects(admissionName(key)) {
+	for _, obj := range admission.Objects(naming.ArmingPolicyName(key.Namespace, key.Name)) {
 		err := a.client.Delete(ctx, obj)
 		switch {
 		case err == nil:
@@ -196,19 +197,6 @@ func (a *admissionArming) removeBeforeRelease(ctx context.Context, key policy.Ke
 
 // forget drops what is remembered of a policy that is gone.
 func (a *admissionArming) forget(uid types.UID) { a.gone.Delete(uid) }
-
-// admissionObjects are the binding and the admission policy of that name, binding first: without
-// it the admission policy does nothing.
-func admissionObjects(name string) []client.Object {
-	return []client.Object{
-		&admissionv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}},
-		&admissionv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}},
-	}
-}
-
-func admissionName(key policy.Key) string {
-	return admission.Spec{PolicyKind: key.Kind, PolicyNamespace: key.Namespace, PolicyName: key.Name}.Name()
-}
 
 func protectedFromCreation(ok bool, reason, message string) *metav1.Condition {
 	status := metav1.ConditionFalse

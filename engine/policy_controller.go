@@ -330,9 +330,12 @@ func (r *policyReconciler) report(ctx context.Context, v policy.View, cached cli
 func (r *policyReconciler) count(ctx context.Context, v policy.View, f *policyFacts, res reconcile.Result) (reconcile.Result, error) {
 	gvk := targetGVK(v.Spec)
 	if r.watches.Watching(gvk) && r.watches.Synced(gvk) {
-		n := r.counter.protected(gvk, v.Key, v.Key.Finalizer())
+		compiled := r.registry.Get(v.Key)
+		n, unarmed := r.counter.targets(ctx, gvk, v.Key, v.Key.Finalizer(), compiled)
 		f.Protected = &n
-		r.counter.setUnarmed(ctx, r.registry.Get(v.Key))
+		if compiled != nil {
+			r.counter.setUnarmed(v.Key, unarmed)
+		}
 	} else if r.watches.Watching(gvk) {
 		res = earliest(res, reconcile.Result{RequeueAfter: waitSync})
 	}

@@ -59,35 +59,32 @@ func (c *policyCounter) forget(key policy.Key) {
 	c.history.forget(key)
 }
 
+// setUnarmed sets the policy's teardown_unarmed_objects.
+func (c *policyCounter) setUnarmed(key policy.Key, n int) {
+	c.metrics.unarmed.WithLabelValues(key.String()).Set(float64(n))
+}
+
 // protected counts the cached objects in the policy's scope that carry its finalizer.
 func (c *policyCounter) protected(gvk schema.GroupVersionKind, key policy.Key, finalizer string) int {
-	n := 0
-	for _, o := range c.watches.List(gvk, key.Namespace) {
-		if slices.Contains(o.Finalizers, finalizer) {
-			n++
-		}
-	}
+	n, _ := c.targets(context.Background(), gvk, key, finalizer, nil)
 	return n
 }
 
-// setUnarmed sets p's teardown_unarmed_objects.
-func (c *policyCounter) setUnarmed(ctx context.Context, p *policy.Compiled) {
-	if p != nil {
-		c.metrics.unarmed.WithLabelValues(p.Key.String()).Set(float64(c.unarmed(ctx, p)))
+// targets counts, in one pass over the cached objects in the policy's scope, those that carry
+// its finalizer (protected) and, when p is given and arms objects, those p selects by labels and
+// namespace that do not carry it (unarmed): not being deleted, not made by a step, and not
+// rejected by its match the last time the operator looked (an object not looked at yet counts).
+func (c *policyCounter) targets(ctx context.Context, gvk schema.GroupVersionKind, key policy.Key, finalizer string, p *policy.Compiled) (protected, unarmed int) {
+	if p != nil && (p.Suspended || p.Deleting || p.Pipeline == nil) {
+		p = nil
 	}
-}
-
-// unarmed counts the cached objects that p selects by labels and namespace and that do not carry
-// its finalizer: not being deleted, not made by a step, and not rejected by its match the last time
-// the operator looked (an object not looked at yet counts). Zero for a policy that arms nothing.
-func (c *policyCounter) unarmed(ctx context.Context, p *policy.Compiled) int {
-	if p == nil || p.Suspended || p.Deleting || p.Pipeline == nil {
-		return 0
-	}
-	n := 0
 	nsLabels := map[string]map[string]string{}
-	for _, o := range c.watches.List(p.GVK, p.Key.Namespace) {
-		if o.DeletionTimestamp != nil || slices.Contains(o.Finalizers, p.Finalizer) {
+	for _, o := range c.watches.List(gvk, key.Namespace) {
+		if slices.Contains(o.Finalizers, finalizer) {
+			protected++
+			continue
+		}
+		if p == nil || o.DeletionTimestamp != nil {
 			continue
 		}
 		if p.NamespaceSelector != nil && o.Namespace != "" && nsLabels[o.Namespace] == nil {
@@ -100,11 +97,11 @@ func (c *policyCounter) unarmed(ctx context.Context, p *policy.Compiled) int {
 				nsLabels[o.Namespace] = map[string]string{}
 			}
 		}
-		if p.Selects(o.Labels, nsLabels[o.Namespace], o.Namespace != "") && !c.rejects.has(p.Key, NewTargetKey(p.GVK, o.Namespace, o.Name)) {
-			n++
+		if p.Selects(o.Labels, nsLabels[o.Namespace], o.Namespace != "") && !c.rejects.has(p.Key, NewTargetKey(gvk, o.Namespace, o.Name)) {
+			unarmed++
 		}
 	}
-	return n
+	return protected, unarmed
 }
 
 // protectedLive counts, from the API server, the objects of gvk in namespace (empty: all)

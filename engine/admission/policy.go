@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/internal/naming"
@@ -156,3 +157,12 @@ func addFinalizer(finalizer string) string {
 // quote is a CEL string literal: Go's double-quoted form, whose escapes CEL shares for the
 // characters a finalizer may hold.
 func quote(s string) string { return strconv.Quote(s) }
+
+// Objects are the binding and the admission policy of that name, binding first: deleted in that
+// order, the admission policy does nothing once its binding is gone.
+func Objects(name string) []client.Object {
+	return []client.Object{
+		&admissionv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}},
+		&admissionv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}},
+	}
+}

@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -72,7 +73,7 @@ var _ = Describe("Born protected, on a cluster without MutatingAdmissionPolicy",
 		probe := framework.Probe{Client: c}
 		Eventually(func(g Gomega) {
 			g.Expect(c.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
-			cond := findCondition(p.Status.Conditions, v1alpha1.ConditionProtectedFromCreation)
+			cond := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionProtectedFromCreation)
 			g.Expect(cond).NotTo(BeNil())
 			g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonAdmissionUnavailable))
 			g.Expect(cond.Message).To(ContainSubstring("does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicy"))
@@ -85,12 +86,3 @@ var _ = Describe("Born protected, on a cluster without MutatingAdmissionPolicy",
 		Eventually(probe.Gone(ctx, cm), 10*time.Second).Should(BeTrue())
 	})
 })
-
-func findCondition(conds []metav1.Condition, t string) *metav1.Condition {
-	for i := range conds {
-		if conds[i].Type == t {
-			return &conds[i]
-		}
-	}
-	return nil
-}
