@@ -93,7 +93,8 @@ Against a cluster:
 	cmd.PersistentFlags().StringVar(&r.kube.runNamespace, "run-namespace", "teardown-system",
 		"the operator's --run-namespace, where runs of cluster-scoped objects live")
 	cmd.AddCommand(r.lintCommand(), r.testCommand(), r.planCommand(), r.statusCommand(), r.retryCommand(),
-		r.abandonCommand(), r.deleteCommand(), r.drainCommand(), r.kindsCommand(), r.versionCommand())
+		r.abandonCommand(), r.deleteCommand(), r.drainCommand(), r.kindsCommand(), r.versionCommand(),
+		r.approveCommand(), r.rejectCommand())
 	return cmd
 }
 

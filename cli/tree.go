@@ -56,6 +56,29 @@ func (r *root) printRunTree(ctx context.Context, w io.Writer, run *v1alpha1.Tear
 		if spec.Job != nil {
 			r.printJob(ctx, w, ss, indent)
 		}
+		if spec.Approval != nil {
+			printApproval(w, ss, indent)
+		}
+	}
+}
+
+// printApproval prints what an approval step asks, whole, and the answers it counted (its
+// message says how to answer).
+func printApproval(w io.Writer, ss *v1alpha1.StepStatus, indent string) {
+	a := ss.Approval
+	if a == nil {
+		return
+	}
+	if a.Request != "" {
+		fmt.Fprintf(w, "%s  asks: %s\n", indent, a.Request)
+	}
+	for _, d := range a.Decisions {
+		verb := map[v1alpha1.ApprovalDecision]string{v1alpha1.Approve: "approved", v1alpha1.Reject: "rejected"}[d.Decision]
+		fmt.Fprintf(w, "%s  %s by %s (groups %s) at %s, attempt %d: %s\n", indent, verb, d.Approver.Username,
+			strings.Join(d.Approver.Groups, ", "), d.Time.UTC().Format(time.RFC3339), d.Attempt, d.Reason)
+	}
+	for _, why := range a.Ignored {
+		fmt.Fprintf(w, "%s  not counted: %s\n", indent, why)
 	}
 }
 

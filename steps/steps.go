@@ -80,6 +80,13 @@ type RunBinder interface {
 	BindsRun() bool
 }
 
+// Checkpointer is implemented by kinds whose step's end must be written to the run before the
+// next step starts (an approval: who approved is on record before anything it allowed happens).
+// The engine otherwise runs as many steps as are done at once in one pass and writes once.
+type Checkpointer interface {
+	Checkpoints() bool
+}
+
 // OutputDeclarer is implemented by kinds whose steps have outputs, so that the expressions of
 // later steps are checked against the keys a step really has.
 type OutputDeclarer interface {
@@ -146,6 +153,8 @@ type Result struct {
 	State map[string]string
 	// Watch lists objects whose changes should execute an InProgress step again at once.
 	Watch []WatchTarget
+	// Approval, when not nil, replaces the step's approval record (an approval step's answers).
+	Approval *v1alpha1.ApprovalStatus
 }
 
 // WatchTarget is a kind of object, in one namespace or (empty) all, that a step depends on.

@@ -25,6 +25,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&TeardownPolicy{}, &TeardownPolicyList{},
 		&ClusterTeardownPolicy{}, &ClusterTeardownPolicyList{},
 		&TeardownRun{}, &TeardownRunList{},
+		&TeardownApproval{}, &TeardownApprovalList{},
 	)
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil

@@ -180,8 +180,9 @@ type WaitStep struct {
 	Interval *metav1.Duration `json:"interval,omitempty"`
 }
 
-// Step is one action of a teardown pipeline. Exactly one kind (wait, http, job or resource) is set.
-// +kubebuilder:validation:XValidation:rule="[has(self.wait), has(self.http), has(self.job), has(self.resource)].filter(k, k).size() == 1",message="set exactly one step kind: wait, http, job or resource"
+// Step is one action of a teardown pipeline. Exactly one kind (wait, http, job, resource or
+// approval) is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.wait), has(self.http), has(self.job), has(self.resource), has(self.approval)].filter(k, k).size() == 1",message="set exactly one step kind: wait, http, job, resource or approval"
 type Step struct {
 	// name identifies the step in the pipeline and in `steps.<name>` expressions: a DNS label,
 	// unique in the policy.
@@ -233,6 +234,11 @@ type Step struct {
 	// may wait until the object reaches a condition.
 	// +optional
 	Resource *ResourceStep `json:"resource,omitempty"`
+
+	// approval waits until people with the RBAC verb "approve" on the run approve (kubectl
+	// teardown approve), or one of them rejects (kubectl teardown reject), which fails the step.
+	// +optional
+	Approval *ApprovalStep `json:"approval,omitempty"`
 }
 
 // Pipeline is the part of a policy that a run executes: the steps and what bounds them.

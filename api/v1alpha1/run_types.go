@@ -136,6 +136,10 @@ type StepStatus struct {
 	// state is the step kind's own bookkeeping (for example the Job it created).
 	// +optional
 	State map[string]string `json:"state,omitempty"`
+	// approval is an approval step's request and the answers it counted: who approved or
+	// rejected, when, why, and as which authenticated identity.
+	// +optional
+	Approval *ApprovalStatus `json:"approval,omitempty"`
 }
 
 // RunRetry records one retry of a failed run.

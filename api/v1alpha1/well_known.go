@@ -116,6 +116,16 @@ const (
 	ReasonAdmissionUnverified = "AdmissionPolicyUnverified"
 )
 
+// The admission policy that checks TeardownApprovals (config/admission/approvals.yaml): their
+// approver is the identity that creates them, and that identity has the verb ApproveVerb on the
+// run. The operator counts no approval while it is missing.
+const (
+	ApprovalPolicyName = "teardown.dev-approvals"
+	// ApproveVerb is the RBAC verb on teardownruns that lets a person approve or reject a run's
+	// approval step.
+	ApproveVerb = "approve"
+)
+
 // Reasons of a policy's ProtectedFromCreation condition.
 const (
 	// ReasonArmedAtAdmission: the policy's MutatingAdmissionPolicy and its binding are in place.
@@ -195,4 +205,8 @@ const (
 	ReasonCancelled = "TeardownCancelled"
 	// ReasonDeleteFailed: the operator could not delete the object after its pipeline succeeded.
 	ReasonDeleteFailed = "DeleteFailed"
+	// ReasonApprovalRecorded: an approval step counted an approval.
+	ReasonApprovalRecorded = "ApprovalRecorded"
+	// ReasonRejectionRecorded: an approval step counted a rejection, which fails its attempt.
+	ReasonRejectionRecorded = "RejectionRecorded"
 )

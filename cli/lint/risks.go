@@ -87,6 +87,8 @@ func waitsOn(s *v1alpha1.Step) string {
 		return "its successCondition (it polls)"
 	case s.Job != nil:
 		return "its Job to finish"
+	case s.Approval != nil:
+		return "people to approve"
 	}
 	return ""
 }

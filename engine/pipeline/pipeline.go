@@ -118,6 +118,9 @@ const (
 	minRetryDelay = 100 * time.Millisecond
 	// defaultCheckAfter is when an in-progress step that names no time is looked at again.
 	defaultCheckAfter = time.Second
+	// checkpointDelay brings the run back at once after a pass that stopped to write a step's
+	// end (policy.Step.Checkpoint): the run's own status write does not wake it.
+	checkpointDelay = time.Millisecond
 )
 
 // pass is one Advance: the run being edited, the facts, and the effects so far.

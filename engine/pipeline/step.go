@@ -47,8 +47,16 @@ func (p *pass) runSteps(ctx context.Context) (time.Duration, string) {
 			p.skipRemaining(fmt.Sprintf("step %s failed", step.Spec.Name))
 			return 0, step.Spec.Name
 		}
+		if step.Checkpoint && !p.lastStep(step) {
+			return checkpointDelay, "" // the next pass starts the next step, once this one is written
+		}
 	}
 	return 0, ""
+}
+
+// lastStep reports whether step is the pipeline's last.
+func (p *pass) lastStep(step *policy.Step) bool {
+	return p.pipe.Steps[len(p.pipe.Steps)-1] == step
 }
 
 // runStep takes one step as far as it goes now; done means its phase is final, else after is
@@ -189,6 +197,10 @@ func (p *pass) keep(ss *v1alpha1.StepStatus, result *steps.Result) {
 	if result.State != nil {
 		ss.State = result.State
 	}
+	if result.Approval != nil {
+		p.noteAnswers(ss, result.Approval)
+		ss.Approval = result.Approval
+	}
 	if len(result.Outputs) > 0 {
 		err := checkOutputs(result.Outputs)
 		if err == nil {
@@ -199,6 +211,21 @@ func (p *pass) keep(ss *v1alpha1.StepStatus, result *steps.Result) {
 		} else {
 			ss.Outputs = result.Outputs
 		}
+	}
+}
+
+// noteAnswers tells of each answer an approval step counted in this pass.
+func (p *pass) noteAnswers(ss *v1alpha1.StepStatus, now *v1alpha1.ApprovalStatus) {
+	counted := 0
+	if ss.Approval != nil {
+		counted = len(ss.Approval.Decisions)
+	}
+	for _, d := range now.Decisions[min(counted, len(now.Decisions)):] {
+		if d.Decision == v1alpha1.Reject {
+			p.stepNote(ss.Name, true, v1alpha1.ReasonRejectionRecorded, "Step %s rejected by %s (attempt %d): %s", ss.Name, d.Approver.Username, d.Attempt, d.Reason)
+			continue
+		}
+		p.stepNote(ss.Name, false, v1alpha1.ReasonApprovalRecorded, "Step %s approved by %s (attempt %d): %s", ss.Name, d.Approver.Username, d.Attempt, d.Reason)
 	}
 }
 

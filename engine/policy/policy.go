@@ -86,6 +86,9 @@ type Step struct {
 	// NeedsRun is set when the step cannot start before its run is recorded (see
 	// steps.RunBinder, and readsRunUID).
 	NeedsRun bool
+	// Checkpoint is set when the step's end is written before the next step starts
+	// (steps.Checkpointer).
+	Checkpoint bool
 }
 
 // Pipeline is a compiled pipeline.
@@ -330,6 +333,9 @@ func (c *Compiler) compilePipeline(spec *v1alpha1.Pipeline, namespace string, ta
 		}
 		step.Kind = kind.Name()
 		step.NeedsRun = needsRun(kind, s)
+		if c, ok := kind.(steps.Checkpointer); ok {
+			step.Checkpoint = c.Checkpoints()
+		}
 		action, kerrs := kind.Compile(cc, s, sp)
 		errs = append(errs, kerrs...)
 		step.Action = action

@@ -1,8 +1,8 @@
 // Command chartgen writes the Helm chart's generated templates from the kustomize manifests, so
 // that the chart and config/ cannot drift: the CRDs (config/crd/bases, from controller-gen) behind
 // crds.enabled and crds.keep, the operator's ClusterRole (config/rbac/role.yaml, from the RBAC
-// markers), the users' aggregated ClusterRoles (config/rbac/user_roles.yaml) and the deletion
-// guards' admission policy (config/admission).
+// markers), the users' aggregated ClusterRoles (config/rbac/user_roles.yaml) and the admission
+// policies of deletion guards and of approvals (config/admission).
 //
 //	go run ./hack/chartgen                 # make chart (also run by make manifests)
 //	go run ./hack/chartgen -out DIR        # write elsewhere, to compare (make verify-generated)
@@ -51,11 +51,16 @@ func generate(root, out string) error {
 	if err := convert(root, filepath.Join(rbac, "user_roles.yaml"), filepath.Join(out, "user-roles.yaml"), userRoles); err != nil {
 		return err
 	}
-	return convert(root, filepath.Join(root, "config", "admission", "deletion_guard.yaml"), filepath.Join(out, "deletion-guard.yaml"), admission)
+	admissions := filepath.Join(root, "config", "admission")
+	if err := convert(root, filepath.Join(admissions, "deletion_guard.yaml"), filepath.Join(out, "deletion-guard.yaml"), admission); err != nil {
+		return err
+	}
+	return convert(root, filepath.Join(admissions, "approvals.yaml"), filepath.Join(out, "approvals.yaml"), admission)
 }
 
-// admission labels the admission policy and binding as the chart labels everything. They exempt
-// no identity (the operator lifts its own veto before it deletes), so they need no templating.
+// admission labels an admission policy and its binding as the chart labels everything. They exempt
+// no identity (the operator lifts its own veto before it deletes; approvals are checked against
+// whoever creates them), so they need no templating.
 func admission(text string) (string, error) {
 	if strings.Count(text, "\n  labels:\n    app.kubernetes.io/name: teardown-operator\n") != 2 {
 		return "", fmt.Errorf("expected the policy and its binding to be labelled app.kubernetes.io/name: teardown-operator")

@@ -118,3 +118,10 @@ func ArmingPolicyName(policyNamespace, policyName string) string {
 
 // maxSubdomain is the longest DNS subdomain, the limit of most object names.
 const maxSubdomain = 253
+
+// ApprovalName returns the name of the TeardownApproval in which user answers an attempt of an
+// approval step of a run: "<step>-<attempt>-<hash>", the hash of the run's UID, the step, the
+// attempt and the user. One person has one answer per attempt: a second is refused as existing.
+func ApprovalName(runUID types.UID, step string, attempt int32, user string) string {
+	return fmt.Sprintf("%s-%d-%s", step, attempt, Hash(string(runUID), step, fmt.Sprint(attempt), user))
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/steps"
+	"github.com/teardown-dev/teardown-operator/steps/approval"
 	"github.com/teardown-dev/teardown-operator/steps/httpstep"
 	"github.com/teardown-dev/teardown-operator/steps/jobstep"
 	"github.com/teardown-dev/teardown-operator/steps/resource"
@@ -32,6 +33,9 @@ type Options struct {
 	// Resource is what resource steps act on; nil acts on the API server (Deps.Config), as the
 	// ServiceAccounts the steps name.
 	Resource resource.API
+	// Approvals is where approval steps read and check their answers; nil reads them from the
+	// operator's cache and asks the API server (Deps.Client, Deps.Reader).
+	Approvals approval.Ledger
 }
 
 // Kinds returns a factory for every built-in step kind. It is the one list of step kinds: the
@@ -67,6 +71,13 @@ func Kinds(opts Options) []steps.Factory {
 				api = resource.NewDynamic(d.Config, d.Mapper, d.Fence)
 			}
 			return resource.New(api)
+		},
+		func(d steps.Deps) steps.Kind {
+			ledger := opts.Approvals
+			if ledger == nil {
+				ledger = approval.NewAPILedger(d.Client, d.Reader)
+			}
+			return approval.New(ledger)
 		},
 	}
 }

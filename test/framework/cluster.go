@@ -103,9 +103,25 @@ func waitEstablished(ctx context.Context, c client.Client, name string) error {
 }
 
 // InstallAdmissionPolicies creates the ValidatingAdmissionPolicies and bindings in
-// config/admission (the deletion guards' policy), as an install would; existing ones are kept.
+// config/admission (deletion guards, approvals), as an install would; existing ones are kept.
 func InstallAdmissionPolicies(ctx context.Context, c client.Client, root string) error {
-	raw, err := os.ReadFile(filepath.Join(root, "config", "admission", "deletion_guard.yaml"))
+	for _, file := range []string{"deletion_guard.yaml", "approvals.yaml"} {
+		if err := installManifests(ctx, c, filepath.Join(root, "config", "admission", file)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// InstallUserRoles creates the users' ClusterRoles of config/rbac/user_roles.yaml (the approver's
+// among them), as an install would; existing ones are kept.
+func InstallUserRoles(ctx context.Context, c client.Client, root string) error {
+	return installManifests(ctx, c, filepath.Join(root, "config", "rbac", "user_roles.yaml"))
+}
+
+// installManifests creates the objects of a multi-document manifest of built-in kinds.
+func installManifests(ctx context.Context, c client.Client, path string) error {
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
@@ -113,7 +129,7 @@ func InstallAdmissionPolicies(ctx context.Context, c client.Client, root string)
 	for _, doc := range strings.Split(string(raw), "\n---\n") {
 		obj, _, err := decoder.Decode([]byte(doc), nil, nil)
 		if err != nil {
-			return fmt.Errorf("config/admission: %w", err)
+			return fmt.Errorf("%s: %w", filepath.Base(path), err)
 		}
 		if err := client.IgnoreAlreadyExists(c.Create(ctx, obj.(client.Object))); err != nil {
 			return err
