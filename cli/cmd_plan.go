@@ -238,9 +238,20 @@ func planSteps(ctx context.Context, c *policy.Compiled, t *target, runNamespace 
 	}
 	now := time.Now()
 	var out []stepReport
-	for _, s := range c.Pipeline.Steps {
+	nSteps, nFinally := len(c.Pipeline.Steps), len(c.Pipeline.Finally)
+	for i, s := range append(append(slices.Clip(c.Pipeline.Steps), c.Pipeline.Finally...), c.Pipeline.OnStuck...) {
 		sr := stepReport{Name: s.Spec.Name, Kind: s.Kind}
-		if s.When != nil {
+		finally := i >= nSteps
+		switch {
+		case i >= nSteps+nFinally:
+			sr.Kind = "onStuck " + s.Kind
+		case finally:
+			sr.Kind = "finally " + s.Kind
+		}
+		if s.When != nil && finally {
+			// A finally step's guard reads how the pipeline ended, which no plan knows.
+			sr.Guard = fmt.Sprintf("%s: decided when the pipeline ends (or the run is stuck)", s.When)
+		} else if s.When != nil {
 			// Evaluated, as by the run's pass, before the first attempt (run.attempt is 0).
 			ok, err := s.When.EvalBool(ctx, pipeline.Input(run, &v1alpha1.StepStatus{Name: s.Spec.Name}, now).Vars)
 			switch {

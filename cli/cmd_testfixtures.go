@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/cli/fixture"
 	"github.com/teardown-dev/teardown-operator/cli/manifest"
 )
@@ -127,8 +128,14 @@ func (r *root) printTestResult(res *fixture.Result, verbose bool) {
 		fmt.Fprintf(out, "      %s\n", strings.ReplaceAll(f, "\n", "\n      "))
 	}
 	if (verbose || !res.Passed) && res.Run != nil {
-		for _, s := range res.Run.Status.Steps {
-			fmt.Fprintf(out, "      step %-20s %-9s attempts %d  %s\n", s.Name, s.Phase, s.Attempts, firstLineOf(s.Message))
+		st := res.Run.Status
+		for _, list := range []struct {
+			kind  string
+			steps []v1alpha1.StepStatus
+		}{{"step", st.Steps}, {"finally", st.Finally}, {"onStuck", st.OnStuck}} {
+			for _, s := range list.steps {
+				fmt.Fprintf(out, "      %-7s %-20s %-9s attempts %d  %s\n", list.kind, s.Name, s.Phase, s.Attempts, firstLineOf(s.Message))
+			}
 		}
 	}
 }

@@ -36,29 +36,53 @@ func (r *root) printRunTree(ctx context.Context, w io.Writer, run *v1alpha1.Tear
 	if lr := run.Status.LastRetry; lr != nil {
 		fmt.Fprintf(w, "  retried %d time(s), last by %s from step %s\n", run.Status.Retries, lr.RequestedBy, lr.FromStep)
 	}
-	for i, spec := range run.Spec.Pipeline.Steps {
+	pl := run.Spec.Pipeline
+	specs := append(append(slices.Clip(pl.Steps), pl.Finally...), pl.OnStuck...)
+	for i, spec := range specs {
+		switch i {
+		case len(pl.Steps) + len(pl.Finally):
+			if run.Status.StuckTime == nil {
+				return // onStuck steps are shown once the run was found stuck
+			}
+			fmt.Fprintf(w, "onStuck (stuck since %s)\n", run.Status.StuckTime.UTC().Format(time.RFC3339))
+		case len(pl.Steps):
+			fmt.Fprintf(w, "finally%s\n", endingNote(run))
+		}
 		branch, indent := "├─", "│  "
-		if i == len(run.Spec.Pipeline.Steps)-1 {
+		if i == len(specs)-1 {
 			branch, indent = "└─", "   "
 		}
-		ss := run.Status.Step(spec.Name)
-		if ss == nil || ss.Phase == v1alpha1.StepPending && ss.Attempts == 0 {
-			fmt.Fprintf(w, "%s %s  Pending\n", branch, spec.Name)
-			continue
-		}
-		fmt.Fprintf(w, "%s %s  %s  attempts %d  %s\n", branch, spec.Name, ss.Phase, ss.Attempts, durationOf(ss.StartTime, ss.CompletionTime))
-		if ss.Message != "" {
-			fmt.Fprintf(w, "%s  %s\n", indent, strings.ReplaceAll(clip(ss.Message, wide, stepMessage), "\n", "\n"+indent+"  "))
-		}
-		for _, k := range slices.Sorted(maps.Keys(ss.Outputs)) {
-			fmt.Fprintf(w, "%s  output %s = %s\n", indent, k, clip(string(ss.Outputs[k].Raw), wide, outputValue))
-		}
-		if spec.Job != nil {
-			r.printJob(ctx, w, ss, indent)
-		}
-		if spec.Approval != nil {
-			printApproval(w, ss, indent)
-		}
+		r.printStep(ctx, w, run, &spec, branch, indent, wide)
+	}
+}
+
+// endingNote says which ending the finally steps run for, while they do.
+func endingNote(run *v1alpha1.TeardownRun) string {
+	if e := run.Status.Ending; e != nil {
+		return fmt.Sprintf(" (the pipeline ended %s: %s)", e.Phase, e.Message)
+	}
+	return ""
+}
+
+// printStep prints one step of the tree, with what its kind has to show.
+func (r *root) printStep(ctx context.Context, w io.Writer, run *v1alpha1.TeardownRun, spec *v1alpha1.Step, branch, indent string, wide bool) {
+	ss := run.Status.Step(spec.Name)
+	if ss == nil || ss.Phase == v1alpha1.StepPending && ss.Attempts == 0 {
+		fmt.Fprintf(w, "%s %s  Pending\n", branch, spec.Name)
+		return
+	}
+	fmt.Fprintf(w, "%s %s  %s  attempts %d  %s\n", branch, spec.Name, ss.Phase, ss.Attempts, durationOf(ss.StartTime, ss.CompletionTime))
+	if ss.Message != "" {
+		fmt.Fprintf(w, "%s  %s\n", indent, strings.ReplaceAll(clip(ss.Message, wide, stepMessage), "\n", "\n"+indent+"  "))
+	}
+	for _, k := range slices.Sorted(maps.Keys(ss.Outputs)) {
+		fmt.Fprintf(w, "%s  output %s = %s\n", indent, k, clip(string(ss.Outputs[k].Raw), wide, outputValue))
+	}
+	if spec.Job != nil {
+		r.printJob(ctx, w, ss, indent)
+	}
+	if spec.Approval != nil {
+		printApproval(w, ss, indent)
 	}
 }
 

@@ -53,8 +53,8 @@ func trimRun(obj any) (any, error) {
 		return run, nil
 	}
 	run.Spec.Object = runtime.RawExtension{}
-	run.Spec.Pipeline.Steps = nil
-	run.Status.Steps = nil
+	run.Spec.Pipeline.Steps, run.Spec.Pipeline.Finally = nil, nil
+	run.Status.Steps, run.Status.Finally = nil, nil
 	run.Status.Conditions = nil
 	run.Status.LastRetry = nil
 	if run.Annotations == nil {

@@ -49,7 +49,9 @@ type runReconciler struct {
 	kinds        steps.Registry
 	runNamespace string
 	retention    time.Duration
-	fin          *finalizerWriter
+	// stuckAfter is when a run counts as stuck, after its creation: its onStuck steps run then.
+	stuckAfter time.Duration
+	fin        *finalizerWriter
 	// requeue is the run controller's own queue.
 	requeue queue[reconcile.Request]
 	reads   clusterReads
@@ -119,8 +121,10 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	r.apply(ctx, p, &res)
 	if p.run.Status.Phase.Finished() {
 		done, err := r.cleanUp(ctx, p.run)
-		if p.out.ClearRetry != "" && res.RequeueAfter > 0 {
-			done = earliest(done, res) // the retry annotation is still to be removed
+		if res.RequeueAfter > 0 && (p.out.ClearRetry != "" || p.out.RequeueAfter > 0) {
+			// The retry annotation is still to be removed, or a failed run that keeps its object
+			// has onStuck steps to run.
+			done = earliest(done, res)
 		}
 		return done, err
 	}
@@ -133,6 +137,9 @@ func (r *runReconciler) read(ctx context.Context, cached *v1alpha1.TeardownRun) 
 	t := cached.Spec.Target
 	p := &pass{orig: cached, run: cached.DeepCopy(), tkey: targetKeyOf(t)}
 	facts := pipeline.Facts{Now: time.Now(), Rejected: trusted(r.runNamespace, cached)}
+	if r.stuckAfter > 0 {
+		facts.StuckAt = cached.CreationTimestamp.Add(r.stuckAfter)
+	}
 	if v := cached.Annotations[v1alpha1.AnnotationRetry]; v != "" {
 		facts.Retry = v
 		if mf := policy.ManagedEntry(cached, "f:metadata", "f:annotations", "f:"+v1alpha1.AnnotationRetry); mf != nil {
@@ -157,8 +164,9 @@ func (r *runReconciler) read(ctx context.Context, cached *v1alpha1.TeardownRun) 
 			facts.Requested = r.reads.deleteRequest(ctx, target)
 		}
 	}
-	restart := cached.Status.Phase == v1alpha1.RunCancelled && facts.Requested != "" // a new request
-	if facts.Rejected == nil && (!cached.Status.Phase.Finished() || facts.Retry != "" || restart) {
+	// Every run still holding its object may end (again): a retry or a new request runs its steps,
+	// break glass its finally steps.
+	if facts.Rejected == nil {
 		p.pipe, facts.CompileErr = r.policies.PipelineForRun(cached)
 		facts.Pipeline = p.pipe
 	}
@@ -235,7 +243,7 @@ func (r *runReconciler) releaseSettled(ctx context.Context, p *pass) {
 	}
 	settled := slices.Compact(slices.Sorted(slices.Values(p.out.Settled)))
 	now := time.Now()
-	for _, step := range pipe.Steps {
+	for _, step := range append(append(slices.Clip(pipe.Steps), pipe.Finally...), pipe.OnStuck...) {
 		rel, ok := step.Action.(steps.Releaser)
 		ss := p.run.Status.Step(step.Spec.Name)
 		if ok && ss != nil && len(ss.State) > 0 && slices.Contains(settled, step.Spec.Name) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -223,7 +224,7 @@ func cleanSuccess(run *v1alpha1.TeardownRun) bool {
 	if run.Status.Phase != v1alpha1.RunSucceeded {
 		return false
 	}
-	for _, ss := range run.Status.Steps {
+	for _, ss := range append(slices.Clip(run.Status.Steps), run.Status.Finally...) {
 		if ss.Phase == v1alpha1.StepFailed {
 			return false
 		}

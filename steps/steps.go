@@ -112,6 +112,9 @@ type Input struct {
 	// PolicyNamespace is the namespace of a TeardownPolicy; empty for a ClusterTeardownPolicy.
 	PolicyNamespace string
 	Now             time.Time
+	// Ending is, for a finally step, the number of the pipeline's ending it runs for
+	// (status.endings: a run that ends again runs its finally steps again); 0 for the steps.
+	Ending int32
 }
 
 // DeletionID names the deletion the run is for (naming.DeletionID): the same for every pass and

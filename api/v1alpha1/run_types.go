@@ -198,20 +198,62 @@ type TeardownRunStatus struct {
 	// message sums up the run's outcome.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// ending, set while the finally steps run, is how the pipeline ended: the phase and message
+	// the run takes once they are done.
+	// +optional
+	Ending *RunEnding `json:"ending,omitempty"`
+	// endings counts how often the pipeline ended with finally steps to run (a run retried after
+	// a failure, or abandoned after it failed, ends again).
+	// +optional
+	Endings int32 `json:"endings,omitempty"`
+	// finally are the finally steps of the latest ending.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Finally []StepStatus `json:"finally,omitempty"`
+	// stuckTime is when the run was found stuck (--stuck-after) and its onStuck steps started.
+	// +optional
+	StuckTime *metav1.Time `json:"stuckTime,omitempty"`
+	// onStuck are the onStuck steps, once the run was found stuck.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	OnStuck []StepStatus `json:"onStuck,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
-// Step returns the status of the named step, or nil.
+// Step returns the status of the named step, finally step or onStuck step, or nil.
 func (s *TeardownRunStatus) Step(name string) *StepStatus {
 	for i := range s.Steps {
 		if s.Steps[i].Name == name {
 			return &s.Steps[i]
 		}
 	}
+	for i := range s.Finally {
+		if s.Finally[i].Name == name {
+			return &s.Finally[i]
+		}
+	}
+	for i := range s.OnStuck {
+		if s.OnStuck[i].Name == name {
+			return &s.OnStuck[i]
+		}
+	}
 	return nil
+}
+
+// RunEnding is how a run's pipeline ended, kept while its finally steps run.
+type RunEnding struct {
+	// phase is the run's phase once the finally steps are done.
+	// +kubebuilder:validation:Enum=Succeeded;Failed;Abandoned;Cancelled
+	Phase RunPhase `json:"phase"`
+	// message is the run's message then.
+	Message string `json:"message"`
+	// time the pipeline ended.
+	Time metav1.Time `json:"time"`
 }
 
 // TeardownRun records the teardown pipeline run for one deletion of one target by one policy.

@@ -205,6 +205,8 @@ const (
 	ReasonCancelled = "TeardownCancelled"
 	// ReasonDeleteFailed: the operator could not delete the object after its pipeline succeeded.
 	ReasonDeleteFailed = "DeleteFailed"
+	// ReasonRunStuck: a run crossed the operator's --stuck-after and its onStuck steps started.
+	ReasonRunStuck = "TeardownStuck"
 	// ReasonApprovalRecorded: an approval step counted an approval.
 	ReasonApprovalRecorded = "ApprovalRecorded"
 	// ReasonRejectionRecorded: an approval step counted a rejection, which fails its attempt.

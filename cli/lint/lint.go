@@ -318,9 +318,8 @@ func (l *Linter) lookupRisks(v policy.View) []Risk {
 				err.Error()+": the step fails when it runs unless the kind is served by then")})
 		}
 	}
-	for i := range v.Spec.Steps {
-		s := &v.Spec.Steps[i]
-		sp := field.NewPath("spec", "steps").Index(i)
+	for _, ps := range stepsOf(&v.Spec.Pipeline) {
+		s, sp := ps.step, ps.path
 		switch {
 		case s.Wait != nil:
 			for j, lk := range s.Wait.Lookups {

@@ -53,14 +53,13 @@ func Risks(spec *v1alpha1.TeardownPolicySpec) []Risk {
 	}
 	bounded := spec.Timeout != nil
 	anyTimeout := bounded
-	for i := range spec.Steps {
-		s := &spec.Steps[i]
-		p := field.NewPath("spec", "steps").Index(i)
-		anyTimeout = anyTimeout || s.Timeout != nil
-		if what := waitsOn(s); what != "" && s.Timeout == nil && !bounded {
+	for _, ps := range stepsOf(&spec.Pipeline) {
+		s, p := ps.step, ps.path
+		anyTimeout = anyTimeout || s.Timeout != nil && !ps.bounded
+		if what := waitsOn(s); what != "" && s.Timeout == nil && !bounded && !ps.bounded {
 			add(RiskUnboundedWait, p, "step %q waits for %s with no timeout on the step or the pipeline: if that never happens, the object is held forever; set timeout", s.Name, what)
 		}
-		if s.Job != nil && s.Timeout == nil && !hasActiveDeadline(s.Job) {
+		if s.Job != nil && s.Timeout == nil && !ps.bounded && !hasActiveDeadline(s.Job) {
 			add(RiskJobWithoutDeadline, p.Child("timeout"), "step %q runs a Job with no timeout and no activeDeadlineSeconds: a hung Job runs (and holds the object) forever; the step's timeout also caps the Job's activeDeadlineSeconds", s.Name)
 		}
 		if s.HTTP != nil && strings.HasPrefix(strings.ToLower(strings.TrimSpace(s.HTTP.URL)), "http://") {
@@ -98,4 +97,27 @@ func hasActiveDeadline(j *v1alpha1.JobStep) bool {
 		ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds"`
 	}
 	return json.Unmarshal(j.Template.Spec.Raw, &spec) == nil && spec.ActiveDeadlineSeconds != nil
+}
+
+// pathStep is a step of a pipeline with its path: spec.steps[i], spec.finally[i] or
+// spec.onStuck[i].
+type pathStep struct {
+	path *field.Path
+	step *v1alpha1.Step
+	// bounded: a finally or onStuck step, which the operator bounds (5m) when it sets no timeout.
+	bounded bool
+}
+
+// stepsOf lists every step of a pipeline with its path.
+func stepsOf(p *v1alpha1.Pipeline) []pathStep {
+	var out []pathStep
+	for _, list := range []struct {
+		name  string
+		steps []v1alpha1.Step
+	}{{"steps", p.Steps}, {"finally", p.Finally}, {"onStuck", p.OnStuck}} {
+		for i := range list.steps {
+			out = append(out, pathStep{field.NewPath("spec", list.name).Index(i), &list.steps[i], list.name != "steps"})
+		}
+	}
+	return out
 }

@@ -41,8 +41,8 @@ func unsafeReads(env *expr.Env, spec *v1alpha1.TeardownPolicySpec) []Risk {
 			path, strings.Join(reads, ", "), unsafeReadConsequence[what]))})
 	}
 	check(field.NewPath("spec", "match"), "match", spec.Match)
-	for i := range spec.Steps {
-		check(field.NewPath("spec", "steps").Index(i).Child("when"), "when", spec.Steps[i].When)
+	for _, ps := range stepsOf(&spec.Pipeline) {
+		check(ps.path.Child("when"), "when", ps.step.When)
 	}
 	if g := spec.DeletionGuard; g != nil {
 		check(field.NewPath("spec", "deletionGuard", "deny"), "deny", g.Deny)

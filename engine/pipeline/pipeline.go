@@ -43,6 +43,9 @@ type Facts struct {
 	Unborn bool
 	// TargetDeleting reports that the object is being deleted.
 	TargetDeleting bool
+	// StuckAt is when the run counts as stuck (its creation plus the operator's --stuck-after):
+	// its onStuck steps start then. Zero: never.
+	StuckAt time.Time
 	// Requested says who requests the deletion of a two-phase run's object (trigger
 	// DeleteRequest): the delete-requested annotation and its author, or the deletion of the
 	// object or its namespace. Empty means the request is withdrawn: the run is cancelled.
@@ -125,6 +128,8 @@ const (
 
 // pass is one Advance: the run being edited, the facts, and the effects so far.
 type pass struct {
+	// ctx is the Advance's, for the finally steps an ending starts.
+	ctx  context.Context
 	run  *v1alpha1.TeardownRun
 	f    Facts
 	now  time.Time
@@ -141,12 +146,14 @@ type pass struct {
 // Advance takes run one pass forward, as far as it goes without waiting, editing its status in
 // place (run must be the caller's own copy).
 func Advance(ctx context.Context, run *v1alpha1.TeardownRun, f Facts) Effects {
-	p := &pass{run: run, f: f, now: f.Now, pipe: f.Pipeline}
+	p := &pass{ctx: ctx, run: run, f: f, now: f.Now, pipe: f.Pipeline}
 	retried := false
 	if f.Retry != "" {
 		retried = p.retryRequest(f.Retry)
 	}
 	switch {
+	case run.Status.Ending != nil && f.Rejected == nil:
+		p.runFinally(ctx) // the ending is decided: nothing but its finally steps is left
 	case p.withdrawn():
 		p.cancel(Withdrawn)
 	case p.rerequested():
@@ -157,6 +164,7 @@ func Advance(ctx context.Context, run *v1alpha1.TeardownRun, f Facts) Effects {
 	default:
 		p.advance(ctx)
 	}
+	p.onStuck(ctx)
 	if p.startedRun && !run.Status.Phase.Finished() {
 		// Said only of a run that goes on past its first pass: one that ends in it is told by
 		// its end alone (events are most of the API writes of a fast teardown).
@@ -192,14 +200,14 @@ func (p *pass) advance(ctx context.Context) {
 	case p.f.TargetGone && !p.stepsDone():
 		st.AbandonedBy = "the target was deleted without this run: its finalizer was removed by someone else"
 		p.skipRemaining("the target is gone")
-		p.finish(v1alpha1.RunAbandoned, "target vanished before the pipeline finished")
+		p.end(v1alpha1.RunAbandoned, "target vanished before the pipeline finished")
 	case st.Deadline != nil && !p.now.Before(st.Deadline.Time):
 		msg := fmt.Sprintf("pipeline timed out after %s", p.run.Spec.Pipeline.Timeout.Duration)
 		p.failCurrent(msg)
 		p.skipRemaining("the pipeline timed out")
 		p.note(true, v1alpha1.ReasonPipelineTimedOut, "Pipeline timed out after %s", p.run.Spec.Pipeline.Timeout.Duration)
 		p.setFailed(v1alpha1.ReasonPipelineTimedOut, msg)
-		p.finish(v1alpha1.RunFailed, msg)
+		p.end(v1alpha1.RunFailed, msg)
 	default:
 		p.runPipeline(ctx)
 	}
@@ -213,7 +221,7 @@ func (p *pass) runPipeline(ctx context.Context) {
 		return
 	}
 	if failed == "" {
-		p.finish(v1alpha1.RunSucceeded, "all steps done")
+		p.end(v1alpha1.RunSucceeded, "all steps done")
 		return
 	}
 	// Carry the step's own reason: "step export failed" alone sends everyone to describe.
@@ -222,7 +230,7 @@ func (p *pass) runPipeline(ctx context.Context) {
 		msg += ": " + ss.Message
 	}
 	p.setFailed(v1alpha1.ReasonStepFailed, msg)
-	p.finish(v1alpha1.RunFailed, msg)
+	p.end(v1alpha1.RunFailed, msg)
 }
 
 func (p *pass) start() {
@@ -249,7 +257,7 @@ func (p *pass) start() {
 func (p *pass) abandon(who string) {
 	p.run.Status.AbandonedBy = who
 	p.skipRemaining("abandoned: " + who)
-	p.finish(v1alpha1.RunAbandoned, "abandoned by "+who)
+	p.end(v1alpha1.RunAbandoned, "abandoned by "+who)
 }
 
 // finish ends the run. The engine releases the target after the final status is written: a
@@ -299,14 +307,14 @@ func (p *pass) afterFinish() {
 		// Break glass lifted the veto; once the object is deleted, it is let go without a run.
 		if p.f.BreakGlass != "" && p.f.TargetDeleting {
 			st.AbandonedBy = p.f.BreakGlass
-			p.finish(v1alpha1.RunAbandoned, fmt.Sprintf("abandoned after it was cancelled, by %s", p.f.BreakGlass))
+			p.end(v1alpha1.RunAbandoned, fmt.Sprintf("abandoned after it was cancelled, by %s", p.f.BreakGlass))
 		}
 		return
 	}
 	if p.f.TargetGone {
 		// Nothing is left to hold or to retry: without this the run would count as stuck forever.
 		st.AbandonedBy = "the target was deleted without this run: its finalizer was removed by someone else"
-		p.finish(v1alpha1.RunAbandoned, "target vanished after the run had failed: "+st.Message)
+		p.end(v1alpha1.RunAbandoned, "target vanished after the run had failed: "+st.Message)
 		return
 	}
 	if p.f.BreakGlass == "" {
@@ -319,7 +327,7 @@ func (p *pass) afterFinish() {
 	st.AbandonedBy = p.f.BreakGlass
 	// The Failed condition stays True and the message keeps the failure: the cleanup did not
 	// happen, and whoever looks later must see why.
-	p.finish(v1alpha1.RunAbandoned, fmt.Sprintf("abandoned after failure by %s; the run had failed: %s", p.f.BreakGlass, st.Message))
+	p.end(v1alpha1.RunAbandoned, fmt.Sprintf("abandoned after failure by %s; the run had failed: %s", p.f.BreakGlass, st.Message))
 }
 
 // setFailed records why a run failed in its Failed condition.
@@ -378,5 +386,9 @@ func (p *pass) vars(ss *v1alpha1.StepStatus) expr.Vars {
 
 // input is what a step's action sees of the run.
 func (p *pass) input(ss *v1alpha1.StepStatus) *steps.Input {
-	return &steps.Input{Run: p.run, Status: ss.DeepCopy(), Vars: p.vars(ss), PolicyNamespace: policyNamespace(p.run), Now: p.now}
+	in := &steps.Input{Run: p.run, Status: ss.DeepCopy(), Vars: p.vars(ss), PolicyNamespace: policyNamespace(p.run), Now: p.now}
+	if p.run.Status.Ending != nil {
+		in.Ending = p.run.Status.Endings
+	}
+	return in
 }

@@ -45,7 +45,7 @@ func (p *pass) cancel(why string) {
 	if st.Phase == v1alpha1.RunFailed {
 		msg += "; the run had failed: " + st.Message
 	}
-	p.finish(v1alpha1.RunCancelled, msg)
+	p.end(v1alpha1.RunCancelled, msg)
 }
 
 // restart starts a cancelled two-phase run over from its first step for a new request: the

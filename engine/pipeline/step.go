@@ -47,7 +47,7 @@ func (p *pass) runSteps(ctx context.Context) (time.Duration, string) {
 			p.skipRemaining(fmt.Sprintf("step %s failed", step.Spec.Name))
 			return 0, step.Spec.Name
 		}
-		if step.Checkpoint && !p.lastStep(step) {
+		if step.Checkpoint && (!p.lastStep(step) || len(p.pipe.Finally) > 0) {
 			return checkpointDelay, "" // the next pass starts the next step, once this one is written
 		}
 	}
@@ -263,6 +263,10 @@ func (p *pass) endStep(step *policy.Step, ss *v1alpha1.StepStatus, phase v1alpha
 		p.stepNote(name, false, v1alpha1.ReasonStepSucceeded, "Step %s succeeded: %s", name, msg)
 	case phase == v1alpha1.StepSkipped:
 		p.stepNote(name, false, v1alpha1.ReasonStepSkipped, "Step %s skipped: %s", name, msg)
+	case p.inList(p.pipe.OnStuck, step):
+		p.stepNote(name, true, v1alpha1.ReasonStepFailed, "onStuck step %s failed: %s", name, msg)
+	case p.inList(p.pipe.Finally, step):
+		p.stepNote(name, true, v1alpha1.ReasonStepFailed, "Finally step %s failed; the run still ends %s: %s", name, p.endingPhase(), msg)
 	case step.Spec.OnFailure == v1alpha1.OnFailureContinue:
 		p.stepNote(name, true, v1alpha1.ReasonStepFailed, "Step %s failed, continuing (onFailure: Continue): %s", name, msg)
 	default:
@@ -286,9 +290,13 @@ func (p *pass) failCurrent(msg string) {
 }
 
 // skipRemaining marks every step not yet finished as Skipped.
-func (p *pass) skipRemaining(why string) {
-	for i := range p.run.Status.Steps {
-		ss := &p.run.Status.Steps[i]
+func (p *pass) skipRemaining(why string) { p.skipUnfinished(p.run.Status.Steps, why) }
+
+// skipUnfinished marks the steps of list not yet finished as Skipped; an attempt in flight is let
+// go (settled).
+func (p *pass) skipUnfinished(list []v1alpha1.StepStatus, why string) {
+	for i := range list {
+		ss := &list[i]
 		if !ss.Phase.Finished() {
 			if ss.Phase == v1alpha1.StepRunning {
 				p.settle(ss.Name)

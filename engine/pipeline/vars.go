@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
@@ -35,8 +36,8 @@ func decodeObject(run *v1alpha1.TeardownRun) map[string]any {
 
 // varsOf binds object, steps and run for one step's expressions.
 func varsOf(run *v1alpha1.TeardownRun, object map[string]any, ss *v1alpha1.StepStatus) expr.Vars {
-	stepsVar := make(map[string]any, len(run.Status.Steps))
-	for _, s := range run.Status.Steps {
+	stepsVar := make(map[string]any, len(run.Status.Steps)+len(run.Status.Finally))
+	for _, s := range append(append(slices.Clip(run.Status.Steps), run.Status.Finally...), run.Status.OnStuck...) {
 		outputs := make(map[string]any, len(s.Outputs))
 		for k, v := range s.Outputs {
 			var x any
@@ -46,12 +47,17 @@ func varsOf(run *v1alpha1.TeardownRun, object map[string]any, ss *v1alpha1.StepS
 		}
 		stepsVar[s.Name] = map[string]any{"phase": string(s.Phase), "outputs": outputs, "message": s.Message}
 	}
+	// A finally step reads how the pipeline ended; a step, that the run is running.
+	phase, message := run.Status.Phase, run.Status.Message
+	if e := run.Status.Ending; e != nil {
+		phase, message = e.Phase, e.Message
+	}
 	return expr.Vars{
 		expr.VarObject: object,
 		expr.VarSteps:  stepsVar,
 		expr.VarRun: map[string]any{
 			"name": run.Name, "namespace": run.Namespace, "uid": string(run.UID),
-			"attempt": int64(ss.Attempts), "step": ss.Name,
+			"attempt": int64(ss.Attempts), "step": ss.Name, "phase": string(phase), "message": message,
 		},
 	}
 }

@@ -93,9 +93,12 @@ type Step struct {
 
 // Pipeline is a compiled pipeline.
 type Pipeline struct {
-	Steps         []*Step
-	FailurePolicy v1alpha1.FailurePolicy
-	Spec          *v1alpha1.Pipeline
+	Steps []*Step
+	// Finally are the steps run once the steps have ended (spec.finally), OnStuck those run once
+	// when a run becomes stuck (spec.onStuck).
+	Finally, OnStuck []*Step
+	FailurePolicy    v1alpha1.FailurePolicy
+	Spec             *v1alpha1.Pipeline
 	// ReadsObject is false when no expression of the pipeline reads `object`, and
 	// ReadsObjectBeyondMetadata when none reads more of it than the metadata fields the engine's
 	// cache keeps (expr.MetadataFields): then a run that is not recorded needs no read of its
@@ -289,98 +292,4 @@ func (c *Compiler) store(key pipelineKey, p *Pipeline) {
 		c.cache = map[pipelineKey]*Pipeline{}
 	}
 	c.cache[key] = p
-}
-
-// compilePipeline compiles a pipeline; namespace is a TeardownPolicy's, empty for a cluster policy.
-func (c *Compiler) compilePipeline(spec *v1alpha1.Pipeline, namespace string, target schema.GroupVersionKind, path *field.Path) (*Pipeline, field.ErrorList) {
-	var errs field.ErrorList
-	cc := steps.CompileContext{Namespaced: namespace != "", Namespace: namespace, Target: target, KindScope: c.scope, KindType: c.types}
-	cc.TargetScope = c.scopeOf(target)
-	out := &Pipeline{FailurePolicy: spec.FailurePolicy, Spec: spec}
-	if out.FailurePolicy == "" {
-		out.FailurePolicy = v1alpha1.FailurePolicyRetain
-	}
-	if len(spec.Steps) == 0 {
-		errs = append(errs, field.Required(path.Child("steps"), "at least one step"))
-	}
-	infos := c.stepInfos(spec.Steps)
-	usage := &expr.Usage{}
-	defer func() {
-		out.ReadsObject, out.ReadsObjectBeyondMetadata = usage.Reads(expr.VarObject), usage.ReadsBeyondMetadata(expr.VarObject)
-	}()
-	seen := map[string]bool{}
-	for i := range spec.Steps {
-		s := &spec.Steps[i]
-		sp := path.Child("steps").Index(i)
-		if seen[s.Name] {
-			errs = append(errs, field.Duplicate(sp.Child("name"), s.Name))
-		}
-		seen[s.Name] = true
-		// A step's expressions read only the steps before it: a later step has no result yet.
-		cc.Env = c.env.WithSteps(stepScope(infos, i)).Tracking(usage)
-		step := &Step{Spec: *s.DeepCopy()}
-		if s.When != "" {
-			prog, err := cc.Env.CompileCondition(s.When)
-			if err != nil {
-				errs = append(errs, field.Invalid(sp.Child("when"), s.When, err.Error()))
-			}
-			step.When = prog
-		}
-		kind, err := c.kinds.Find(s)
-		if err != nil {
-			errs = append(errs, field.Invalid(sp, s.Name, err.Error()))
-			continue
-		}
-		step.Kind = kind.Name()
-		step.NeedsRun = needsRun(kind, s)
-		if c, ok := kind.(steps.Checkpointer); ok {
-			step.Checkpoint = c.Checkpoints()
-		}
-		action, kerrs := kind.Compile(cc, s, sp)
-		errs = append(errs, kerrs...)
-		step.Action = action
-		out.Steps = append(out.Steps, step)
-	}
-	return out, errs
-}
-
-// scopeOf asks discovery whether gvk is namespaced.
-func (c *Compiler) scopeOf(gvk schema.GroupVersionKind) steps.Scope {
-	if c.scope == nil || gvk.Kind == "" {
-		return steps.ScopeUnknown
-	}
-	namespaced, err := c.scope(gvk)
-	switch {
-	case err != nil:
-		return steps.ScopeUnknown
-	case namespaced:
-		return steps.ScopeNamespaced
-	}
-	return steps.ScopeCluster
-}
-
-// stepInfos describes each step for the expressions of the steps after it.
-func (c *Compiler) stepInfos(specs []v1alpha1.Step) []expr.StepInfo {
-	infos := make([]expr.StepInfo, len(specs))
-	for i := range specs {
-		infos[i].Name = specs[i].Name
-		kind, err := c.kinds.Find(&specs[i])
-		if err != nil {
-			continue
-		}
-		infos[i].Kind = kind.Name()
-		if d, ok := kind.(steps.OutputDeclarer); ok {
-			infos[i].Outputs = d.Outputs(&specs[i])
-		}
-	}
-	return infos
-}
-
-// stepScope is what the expressions of step i may read of the other steps.
-func stepScope(infos []expr.StepInfo, i int) expr.StepScope {
-	after := make([]string, 0, len(infos)-i)
-	for _, info := range infos[i:] {
-		after = append(after, info.Name)
-	}
-	return expr.StepScope{Before: infos[:i], After: after}
 }

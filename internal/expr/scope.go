@@ -60,7 +60,7 @@ func (e *Env) checkSteps(checked *cel.Ast) error {
 
 // runFields are the fields of `run`, stepFields those of an entry of `steps`.
 var (
-	runFields  = []string{"name", "namespace", "uid", "attempt", "step"}
+	runFields  = []string{"name", "namespace", "uid", "attempt", "step", "phase", "message"}
 	stepFields = []string{"phase", "message", "outputs"}
 )
 

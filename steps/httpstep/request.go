@@ -49,7 +49,11 @@ func (a *action) prepare(ctx context.Context, in *steps.Input) (*request, *steps
 		req.header.Set(h.name, v)
 	}
 	if req.header.Get(HeaderIdempotencyKey) == "" {
-		req.header.Set(HeaderIdempotencyKey, IdempotencyKey(in.DeletionID(), a.step, in.Run.Status.Retries))
+		key := IdempotencyKey(in.DeletionID(), a.step, in.Run.Status.Retries)
+		if in.Ending > 1 {
+			key += fmt.Sprintf("-e%d", in.Ending) // a finally step's request for a later ending is another one
+		}
+		req.header.Set(HeaderIdempotencyKey, key)
 	}
 	if req.header.Get("User-Agent") == "" {
 		req.header.Set("User-Agent", a.kind.userAgent)

@@ -81,14 +81,19 @@ func startOperator() {
 	startOperatorWith(kubeconfig)
 }
 
+// startOperatorArgs runs the operator binary with flags added to the suite's.
+func startOperatorArgs(extra ...string) {
+	startOperatorWith(kubeconfig, extra...)
+}
+
 // operatorKubeconfig is the kubeconfig the running operator was started with.
 var operatorKubeconfig string
 
 // startOperatorWith runs the operator binary with the given kubeconfig.
-func startOperatorWith(kubeconfig string) {
+func startOperatorWith(kubeconfig string, extra ...string) {
 	operatorKubeconfig = kubeconfig
-	operator = exec.Command(operatorBin, "--kubeconfig", kubeconfig, "--run-namespace", runNamespace,
-		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0")
+	operator = exec.Command(operatorBin, append([]string{"--kubeconfig", kubeconfig, "--run-namespace", runNamespace,
+		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"}, extra...)...)
 	operator.Stdout, operator.Stderr = &opLog, &opLog
 	Expect(operator.Start()).To(Succeed())
 }

@@ -3,6 +3,9 @@ package integration
 import (
 	"bytes"
 	"context"
+	"net/http"
+	"path/filepath"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -12,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/steps/approval"
 	"github.com/teardown-dev/teardown-operator/steps/httpstep"
 	"github.com/teardown-dev/teardown-operator/test/framework"
 )
@@ -21,17 +25,22 @@ var _ = Describe("Samples with http steps", func() {
 		Expect(framework.InstallCRDs(ctx, k8s, exampleCRDs)).To(Succeed())
 	})
 
-	It("managed-database runs its four calls against the database API, keeping the snapshot's id", managedDatabaseSample)
+	It("managed-database runs its four calls against the database API, keeping the snapshot's id, waits for a DBA, and tells the chat once", managedDatabaseSample)
 })
 
 // createHTTPSample creates the one TeardownPolicy of a sample in ns, as written but for base,
 // the URL of the API it calls, which becomes the route of ns on the suite's loopback endpoint
-// (as a user points a sample at their own API).
-func createHTTPSample(ctx context.Context, file, base, ns string) *v1alpha1.TeardownPolicy {
+// (as a user points a sample at their own API), and for others: more URLs it calls, each to the
+// path given under that route.
+func createHTTPSample(ctx context.Context, file, base, ns string, others ...string) *v1alpha1.TeardownPolicy {
 	objs := loadSample(samplePath(file))
 	Expect(objs).To(HaveLen(1))
 	js, err := objs[0].MarshalJSON()
 	Expect(err).NotTo(HaveOccurred())
+	for i := 0; i+1 < len(others); i += 2 {
+		Expect(bytes.Contains(js, []byte(others[i]))).To(BeTrue(), "%s does not call %s", file, others[i])
+		js = bytes.ReplaceAll(js, []byte(others[i]), []byte(api.url(ns, others[i+1])))
+	}
 	Expect(bytes.Contains(js, []byte(base))).To(BeTrue(), "%s does not call %s", file, base)
 	js = bytes.ReplaceAll(js, []byte(base), []byte(api.url(ns, "")))
 	u := &unstructured.Unstructured{}
@@ -47,9 +56,20 @@ func createHTTPSample(ctx context.Context, file, base, ns string) *v1alpha1.Tear
 func managedDatabaseSample(ctx SpecContext) {
 	ns := newNamespace(ctx)
 	// The snapshot is in progress at the first poll and completed at the second.
-	api.handle(ns, (&databaseAPI{inProgress: 1}).serve)
+	dbAPI := &databaseAPI{inProgress: 1}
+	api.handle(ns, func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/"+ns+"/chat") {
+			w.WriteHeader(http.StatusOK) // the chat's webhook
+			return
+		}
+		dbAPI.serve(w, r)
+	})
 	createSecret(ctx, ns, "db-api", map[string]string{"token": dbToken})
-	p := createHTTPSample(ctx, "managed-database.yaml", "https://db-api.example.com", ns)
+	createSecret(ctx, ns, "chat-webhook", map[string]string{"token": "Bearer chat-token"})
+	root := filepath.Join("..", "..")
+	Expect(framework.InstallAdmissionPolicies(ctx, k8s, root)).To(Succeed())
+	Expect(framework.InstallUserRoles(ctx, k8s, root)).To(Succeed())
+	p := createHTTPSample(ctx, "managed-database.yaml", "https://db-api.example.com", ns, "https://chat.example.com/hooks/teardown", "/chat")
 
 	db := exampleObject(ns, "ManagedDatabase", "orders", map[string]any{"instanceID": "db-42", "engine": "postgres"})
 	noSpec := exampleObject(ns, "ManagedDatabase", "pending", nil)
@@ -62,11 +82,18 @@ func managedDatabaseSample(ctx SpecContext) {
 	expectUnprotected(ctx, pathy, "an instanceID that would change the URL's path is not used")
 
 	Expect(k8s.Delete(ctx, db)).To(Succeed())
-	Eventually(gone(ctx, db), 45*time.Second).Should(BeTrue())
+	Eventually(stepPhase(ctx, db, "dba-approval"), 45*time.Second).Should(Equal(v1alpha1.StepRunning))
+	Consistently(gone(ctx, db), 2*time.Second).Should(BeFalse(), "nothing is de-provisioned before a DBA approves")
+	dba := personOf("dana", "dba")
+	grant(ctx, ns, "teardown-operator-approver", dba.name)
 	run := runFor(ctx, db)()
+	Expect(run.Status.Step("dba-approval").Approval.Request).To(Equal("final snapshot snap-7781 of database db-42 (" + ns + "/orders) is complete; approve de-provisioning it?"))
+	Expect(dba.client.Create(ctx, approval.Answer(run, "dba-approval", 1, v1alpha1.Approve, "snapshot checked", v1alpha1.Approver{Username: dba.name, Groups: dba.groups}))).To(Succeed())
+	Eventually(gone(ctx, db), 15*time.Second).Should(BeTrue())
+	run = runFor(ctx, db)()
 	Expect(run).NotTo(BeNil())
 	Expect(run.Status.Phase).To(Equal(v1alpha1.RunSucceeded), statusJSON(run))
-	for _, s := range []string{"maintenance", "snapshot", "await-snapshot", "deprovision"} {
+	for _, s := range []string{"maintenance", "snapshot", "await-snapshot", "dba-approval", "deprovision", "announce"} {
 		Expect(run.Status.Step(s).Phase).To(Equal(v1alpha1.StepSucceeded), "step %s", s)
 	}
 	Expect(string(run.Status.Step("snapshot").Outputs["snapshotID"].Raw)).To(Equal(`"snap-7781"`))
@@ -76,7 +103,17 @@ func managedDatabaseSample(ctx SpecContext) {
 
 // expectDatabaseCalls checks the requests the managed-database sample made, as the API saw them.
 func expectDatabaseCalls(ns string, run *v1alpha1.TeardownRun) {
-	reqs := api.requests(ns)
+	var reqs, chat []received
+	for _, r := range api.requests(ns) {
+		if strings.HasPrefix(r.Path, "/"+ns+"/chat") {
+			chat = append(chat, r)
+			continue
+		}
+		reqs = append(reqs, r)
+	}
+	Expect(chat).To(HaveLen(1), "the chat hears once")
+	Expect(chat[0].Body).To(MatchJSON(`{"text": "Teardown of database db-42 (` + ns + `/orders) Succeeded: all steps done; final snapshot snap-7781; approved by dana"}`))
+	Expect(chat[0].Header.Get("Authorization")).To(Equal("Bearer chat-token"))
 	var lines []string
 	for _, r := range reqs {
 		lines = append(lines, r.Method+" "+r.Path)
