@@ -180,10 +180,12 @@ type ApprovalStatus struct {
 
 // ApprovalRecord is one answer, as recorded in the run.
 type ApprovalRecord struct {
+	// decision is Approve or Reject.
 	Decision ApprovalDecision `json:"decision"`
 	// approver is the identity that answered, as the API server authenticated it.
 	Approver Approver `json:"approver"`
-	Reason   string   `json:"reason"`
+	// reason is the approver's, as given with the answer.
+	Reason string `json:"reason"`
 	// time is when the answer was given (the TeardownApproval's creation).
 	Time metav1.Time `json:"time"`
 	// attempt is the step's attempt it answered.
