@@ -92,9 +92,16 @@ func (r *root) waitingApproval(ctx context.Context, arg, stepName string) (*v1al
 		}
 		ss := run.Status.Step(name)
 		for j := range run.Spec.Pipeline.Steps {
-			if s := &run.Spec.Pipeline.Steps[j]; s.Name == name && s.Approval != nil && ss != nil && ss.Phase == v1alpha1.StepRunning {
-				return run, s, nil
+			s := &run.Spec.Pipeline.Steps[j]
+			if s.Name != name || s.Approval == nil || ss == nil || ss.Phase != v1alpha1.StepRunning {
+				continue
 			}
+			if ss.RetryTime != nil {
+				// Between attempts: the last was rejected (or failed); the next one asks anew.
+				return nil, nil, usageError("attempt %d of step %s ended (%s); attempt %d asks at %s: answer then",
+					ss.Attempts, name, firstLineOf(ss.Message), ss.Attempts+1, ss.RetryTime.UTC().Format(time.RFC3339))
+			}
+			return run, s, nil
 		}
 	}
 	run := &runs[len(runs)-1]

@@ -167,6 +167,12 @@ type ApprovalStatus struct {
 	Request string `json:"request,omitempty"`
 	// required is how many distinct approvers the step needs.
 	Required int32 `json:"required"`
+	// attempt is the step's attempt that asks now, and askedTime when it began to: answers to it
+	// given before then do not count.
+	// +optional
+	Attempt int32 `json:"attempt,omitempty"`
+	// +optional
+	AskedTime *metav1.Time `json:"askedTime,omitempty"`
 	// decisions are the answers counted, in the order they were given.
 	// +optional
 	// +listType=atomic

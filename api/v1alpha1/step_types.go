@@ -181,7 +181,7 @@ type Pipeline struct {
 	// Failed (a step failed, the pipeline timed out), Abandoned (break glass) or Cancelled. They
 	// are for notifications and clean-up. Their `when` reads `run.phase` (the ending) and
 	// `run.message`, and `steps` (every step, and the finally steps before). They never change
-	// the ending, each runs at most for its own timeout (5m when unset), and one that fails is
+	// the ending, each runs at most for its own timeout (5m when unset or 0), and one that fails is
 	// recorded and the next runs: the object is released, or kept, as the ending says once they
 	// are done. A run that ends again (retried after a failure, abandoned after it failed) runs
 	// them again. Example: notify a chat when run.phase != 'Succeeded'.
@@ -196,7 +196,7 @@ type Pipeline struct {
 	// default: the threshold of the teardown_runs_stuck metric and status.stuckRuns), so that a
 	// person hears of it before the alert escalates. Their `when` reads `run.phase` (Running or
 	// Failed), `run.message` and `steps`. They change nothing of the pipeline, each runs at most
-	// for its own timeout (5m when unset), and those not done when the run ends are skipped.
+	// for its own timeout (5m when unset or 0), and those not done when the run ends are skipped.
 	// +optional
 	// +listType=map
 	// +listMapKey=name

@@ -43,3 +43,25 @@ func TestCheckpointEndsThePass(t *testing.T) {
 	Advance(context.Background(), run, at(pipe, 2))
 	expect(t, "third pass", phases(run), "Succeeded gate=Succeeded drop=Succeeded")
 }
+
+// The answer is written before the finally steps tell anyone of it: approved as the last step,
+// or rejected, the pass stops there.
+func TestCheckpointBeforeFinally(t *testing.T) {
+	for name, result := range map[string]steps.Result{"approved": steps.Done("approved by alice"), "rejected": steps.Fail(true, "rejected by bob")} {
+		t.Run(name, func(t *testing.T) {
+			gate := step("gate", script(result))
+			gate.Checkpoint = true
+			chat := &notifier{result: steps.Done("sent")}
+			run, pipe := runOf(v1alpha1.FailurePolicyRetain, 0, gate)
+			withFinally(run, pipe, step("chat", chat))
+			out := Advance(context.Background(), run, at(pipe, 0))
+			if len(chat.seen) != 0 || run.Status.Ending != nil || out.RequeueAfter != checkpointDelay {
+				t.Fatalf("finally ran in the answer's pass (%v), ending %+v, requeue %s", chat.seen, run.Status.Ending, out.RequeueAfter)
+			}
+			Advance(context.Background(), run, at(pipe, time.Millisecond))
+			if len(chat.seen) != 1 || !run.Status.Phase.Finished() {
+				t.Errorf("next pass: chat %v, phase %s", chat.seen, run.Status.Phase)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -158,5 +159,24 @@ func TestFinallyOnCancel(t *testing.T) {
 	Advance(context.Background(), run, at(pipe, time.Second)) // the request is gone
 	if run.Status.Phase != v1alpha1.RunCancelled || strings.Join(chat.seen, ",") != "Cancelled" {
 		t.Errorf("phase %s, chat saw %v", run.Status.Phase, chat.seen)
+	}
+}
+
+// A run found untrusted while its finally steps run drops the ending it had recorded: trusted
+// again, it does not end as that ending said.
+func TestRejectedRunDropsItsEnding(t *testing.T) {
+	slow := &notifier{result: steps.Waiting(time.Minute, "sending")}
+	run, pipe := runOf(v1alpha1.FailurePolicyRetain, 0, step("work", script(steps.Done("ok"))))
+	withFinally(run, pipe, step("slow", slow))
+	Advance(context.Background(), run, at(pipe, 0))
+	f := at(pipe, time.Second)
+	f.Rejected = errors.New("status written by someone else")
+	Advance(context.Background(), run, f)
+	if run.Status.Phase != v1alpha1.RunFailed || run.Status.Ending != nil || run.Status.Step("slow").Phase != v1alpha1.StepSkipped {
+		t.Fatalf("rejected: phase %s ending %+v slow %s", run.Status.Phase, run.Status.Ending, run.Status.Step("slow").Phase)
+	}
+	Advance(context.Background(), run, at(pipe, 2*time.Second))
+	if run.Status.Phase == v1alpha1.RunSucceeded {
+		t.Errorf("the void ending came back: %s", run.Status.Message)
 	}
 }

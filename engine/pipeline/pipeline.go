@@ -100,6 +100,9 @@ type Effects struct {
 	Watch []steps.WatchTarget
 	// RequeueAfter is when to come back; 0: only an event wakes the run.
 	RequeueAfter time.Duration
+	// Again is set when the pass stopped early to have the run's status written before it goes
+	// on (a step that checkpoints): the next pass follows at once (RequeueAfter is minimal).
+	Again bool
 	// ClearRetry is the retry annotation's value the pass answered, to remove.
 	ClearRetry string
 }
@@ -141,6 +144,8 @@ type pass struct {
 	startedNow string
 	// startedRun is set when this pass started the run.
 	startedRun bool
+	// checkpointed is set when a step that checkpoints ended the pass (policy.Step.Checkpoint).
+	checkpointed bool
 }
 
 // Advance takes run one pass forward, as far as it goes without waiting, editing its status in
@@ -179,6 +184,7 @@ func Advance(ctx context.Context, run *v1alpha1.TeardownRun, f Facts) Effects {
 func (p *pass) advance(ctx context.Context) {
 	st := &p.run.Status
 	if err := p.f.Rejected; err != nil {
+		p.skipUnfinished(st.Finally, "run rejected") // an ending it had recorded is void
 		p.start()
 		p.skipRemaining("run rejected")
 		p.setFailed(v1alpha1.ReasonRejected, err.Error())
@@ -216,6 +222,10 @@ func (p *pass) advance(ctx context.Context) {
 // runPipeline runs the steps and ends the run when they are all done.
 func (p *pass) runPipeline(ctx context.Context) {
 	after, failed := p.runSteps(ctx)
+	if p.checkpointed {
+		p.out.RequeueAfter, p.out.Again = checkpointDelay, true // the next pass goes on, once this one is written
+		return
+	}
 	if !p.stepsDone() {
 		p.out.RequeueAfter = p.capAtDeadline(after)
 		return
@@ -269,7 +279,7 @@ func (p *pass) finish(phase v1alpha1.RunPhase, msg string) {
 	observe := !st.Phase.Finished()
 	release := phase.Releases(p.run.Spec.Pipeline.FailurePolicy) && p.f.Rejected == nil
 	now := metav1.NewTime(p.now)
-	st.Phase, st.Message, st.CompletionTime = phase, msg, &now
+	st.Phase, st.Message, st.CompletionTime, st.Ending = phase, msg, &now, nil
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{LastTransitionTime: metav1.NewTime(p.now), Type: v1alpha1.ConditionComplete, Status: metav1.ConditionTrue,
 		Reason: string(phase), Message: msg, ObservedGeneration: p.run.Generation})
 	fin := p.run.Spec.Finalizer
@@ -387,7 +397,7 @@ func (p *pass) vars(ss *v1alpha1.StepStatus) expr.Vars {
 // input is what a step's action sees of the run.
 func (p *pass) input(ss *v1alpha1.StepStatus) *steps.Input {
 	in := &steps.Input{Run: p.run, Status: ss.DeepCopy(), Vars: p.vars(ss), PolicyNamespace: policyNamespace(p.run), Now: p.now}
-	if p.run.Status.Ending != nil {
+	if p.run.Status.Ending != nil && slices.ContainsFunc(p.run.Status.Finally, func(f v1alpha1.StepStatus) bool { return f.Name == ss.Name }) {
 		in.Ending = p.run.Status.Endings
 	}
 	return in

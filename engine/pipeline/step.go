@@ -43,12 +43,19 @@ func (p *pass) runSteps(ctx context.Context) (time.Duration, string) {
 		if !done {
 			return after, ""
 		}
-		if ss.Phase == v1alpha1.StepFailed && step.Spec.OnFailure != v1alpha1.OnFailureContinue {
+		failed := ss.Phase == v1alpha1.StepFailed && step.Spec.OnFailure != v1alpha1.OnFailureContinue
+		if failed {
 			p.skipRemaining(fmt.Sprintf("step %s failed", step.Spec.Name))
-			return 0, step.Spec.Name
 		}
-		if step.Checkpoint && (!p.lastStep(step) || len(p.pipe.Finally) > 0) {
-			return checkpointDelay, "" // the next pass starts the next step, once this one is written
+		// A step that checkpoints ends the pass when anything with effects would follow in it (a
+		// next step, finally steps): its end is written first. The pipeline's own end needs no
+		// checkpoint: it is written before the release.
+		if step.Checkpoint && (len(p.pipe.Finally) > 0 || !failed && !p.lastStep(step)) {
+			p.checkpointed = true
+			return checkpointDelay, ""
+		}
+		if failed {
+			return 0, step.Spec.Name
 		}
 	}
 	return 0, ""
@@ -91,7 +98,7 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 		after = capAt(after, p.now, ss.Deadline)
 		next := metav1.NewTime(p.now.Add(after).Truncate(time.Second))
 		ss.NextCheckTime = &next
-		p.out.Watch = result.Watch
+		p.out.Watch = append(p.out.Watch, result.Watch...) // onStuck steps may wait in the same pass
 		return after, false
 	}
 	return p.attemptFailed(step, ss, result)

@@ -107,7 +107,7 @@ func (c *Compiler) compileStep(cc steps.CompileContext, s *v1alpha1.Step, sp *fi
 	if cp, ok := kind.(steps.Checkpointer); ok {
 		step.Checkpoint = cp.Checkpoints()
 	}
-	if finally && step.Spec.Timeout == nil {
+	if finally && (step.Spec.Timeout == nil || step.Spec.Timeout.Duration <= 0) {
 		step.Spec.Timeout = &metav1.Duration{Duration: DefaultFinallyTimeout}
 	}
 	action, kerrs := kind.Compile(cc, s, sp)

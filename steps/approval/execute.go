@@ -9,6 +9,7 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/steps"
@@ -17,45 +18,73 @@ import (
 // maxIgnored bounds the answers a step says it ignored (the status field's MaxItems).
 const maxIgnored = 10
 
+// clockSkew is how far the operator's clock may be ahead of the API server's: an answer created
+// (by the API server's clock) up to this long before the attempt asked (by the operator's) still
+// counts for it.
+const clockSkew = 5 * time.Second
+
 // Execute implements steps.Action: it counts the answers to the step's current attempt that it
 // has not counted yet, then succeeds once enough distinct people approved, fails the attempt on
 // a rejection, or waits.
 func (a *action) Execute(ctx context.Context, in *steps.Input) steps.Result {
+	return a.evaluate(ctx, in, time.Time{})
+}
+
+// Settled implements steps.Settler: at the step's deadline, the answers given by then still
+// decide it (an approval given in time and seen late, the operator down, counts).
+func (a *action) Settled(ctx context.Context, in *steps.Input, deadline time.Time) (steps.Result, bool) {
+	r := a.evaluate(ctx, in, deadline)
+	return r, r.Outcome != steps.InProgress
+}
+
+// evaluate counts the answers given up to cutoff (zero: all) and decides.
+func (a *action) evaluate(ctx context.Context, in *steps.Input, cutoff time.Time) steps.Result {
 	rec, err := a.record(ctx, in)
 	if err != nil {
 		return steps.Fail(false, "%v", err)
 	}
-	if err := a.ledger.Enforced(ctx); err != nil {
+	since, err := a.ledger.Enforced(ctx)
+	if err != nil {
 		return a.waiting(rec, in, ErrorInterval, "approvals are not counted: "+err.Error())
 	}
 	answers, err := a.ledger.Answers(ctx, in.Run)
 	if err != nil {
 		return a.waiting(rec, in, ErrorInterval, fmt.Sprintf("cannot list the approvals: %v", err))
 	}
-	if err := a.count(ctx, in, rec, answers); err != nil {
+	if !cutoff.IsZero() {
+		answers = slices.DeleteFunc(answers, func(ans v1alpha1.TeardownApproval) bool { return ans.CreationTimestamp.After(cutoff) })
+	}
+	if err := a.count(ctx, in, rec, answers, since); err != nil {
 		return a.waiting(rec, in, ErrorInterval, err.Error())
 	}
 	return a.decide(in, rec)
 }
 
-// record is the step's approval status so far, with its request rendered when the step starts.
+// record is the step's approval status so far, with its request rendered when the step starts;
+// an attempt after a failed one asks again from now.
 func (a *action) record(ctx context.Context, in *steps.Input) (*v1alpha1.ApprovalStatus, error) {
+	var rec *v1alpha1.ApprovalStatus
 	if in.Status.Approval != nil {
-		return in.Status.Approval.DeepCopy(), nil
-	}
-	rec := &v1alpha1.ApprovalStatus{Required: a.required}
-	if a.message != nil {
-		msg, err := a.message.Render(ctx, in.Vars)
-		if err != nil {
-			return nil, fmt.Errorf("approval.message: %w", err)
+		rec = in.Status.Approval.DeepCopy()
+	} else {
+		rec = &v1alpha1.ApprovalStatus{Required: a.required}
+		if a.message != nil {
+			msg, err := a.message.Render(ctx, in.Vars)
+			if err != nil {
+				return nil, fmt.Errorf("approval.message: %w", err)
+			}
+			rec.Request = msg
 		}
-		rec.Request = msg
+	}
+	if rec.Attempt != in.Status.Attempts || rec.AskedTime == nil {
+		asked := metav1.NewTime(in.Now)
+		rec.Attempt, rec.AskedTime = in.Status.Attempts, &asked
 	}
 	return rec, nil
 }
 
 // count records the answers to the current attempt not yet counted or ignored, oldest first.
-func (a *action) count(ctx context.Context, in *steps.Input, rec *v1alpha1.ApprovalStatus, answers []v1alpha1.TeardownApproval) error {
+func (a *action) count(ctx context.Context, in *steps.Input, rec *v1alpha1.ApprovalStatus, answers []v1alpha1.TeardownApproval, since time.Time) error {
 	slices.SortFunc(answers, func(x, y v1alpha1.TeardownApproval) int {
 		if c := x.CreationTimestamp.Compare(y.CreationTimestamp.Time); c != 0 {
 			return c
@@ -68,7 +97,7 @@ func (a *action) count(ctx context.Context, in *steps.Input, rec *v1alpha1.Appro
 		if s.RunUID != in.Run.UID || s.Step != a.step || s.Attempt != in.Status.Attempts || seen(rec, ans.Name) {
 			continue
 		}
-		if why := a.notApprover(s.Approver); why != "" {
+		if why := a.untrusted(rec, ans, since); why != "" {
 			ignore(rec, ans.Name, why)
 			continue
 		}
@@ -84,6 +113,26 @@ func (a *action) count(ctx context.Context, in *steps.Input, rec *v1alpha1.Appro
 			Time: ans.CreationTimestamp, Attempt: s.Attempt, Approval: ans.Name})
 	}
 	return nil
+}
+
+// untrusted says why an answer does not count before RBAC is asked, if it does not: given
+// before the admission policy that checks approvers was in force, or before the attempt asked;
+// a second answer of one person; someone the step does not name.
+func (a *action) untrusted(rec *v1alpha1.ApprovalStatus, ans *v1alpha1.TeardownApproval, since time.Time) string {
+	at, who := ans.CreationTimestamp.Time, ans.Spec.Approver.Username
+	switch {
+	case at.Before(since):
+		return fmt.Sprintf("given at %s, before the admission policy %s that checks approvers was in force (%s): not trusted; answer again",
+			at.UTC().Format(time.RFC3339), v1alpha1.ApprovalPolicyName, since.UTC().Format(time.RFC3339))
+	case rec.AskedTime != nil && at.Before(rec.AskedTime.Add(-clockSkew)):
+		return fmt.Sprintf("given at %s, before attempt %d asked (%s)", at.UTC().Format(time.RFC3339), rec.Attempt, rec.AskedTime.UTC().Format(time.RFC3339))
+	}
+	for _, d := range rec.Decisions {
+		if d.Attempt == ans.Spec.Attempt && d.Approver.Username == who {
+			return fmt.Sprintf("%s already answered attempt %d (%s): an answer cannot change", who, d.Attempt, d.Approval)
+		}
+	}
+	return a.notApprover(ans.Spec.Approver)
 }
 
 // decide says where the step stands on the answers counted.

@@ -21,6 +21,7 @@ type ledger struct {
 	denied     map[string]bool
 	reviewErr  error
 	enforceErr error
+	since      time.Time
 	reviews    int
 }
 
@@ -39,7 +40,7 @@ func (l *ledger) MayApprove(_ context.Context, a v1alpha1.Approver, _ *v1alpha1.
 	return true, "", nil
 }
 
-func (l *ledger) Enforced(context.Context) error { return l.enforceErr }
+func (l *ledger) Enforced(context.Context) (time.Time, error) { return l.since, l.enforceErr }
 
 var base = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -53,6 +54,11 @@ func answer(i int, user string, d v1alpha1.ApprovalDecision, mods ...func(*v1alp
 	for _, m := range mods {
 		m(&ta.Spec)
 	}
+	return ta
+}
+
+func renamed(ta v1alpha1.TeardownApproval, name string) v1alpha1.TeardownApproval {
+	ta.Name = name
 	return ta
 }
 
@@ -103,8 +109,26 @@ func TestExecute(t *testing.T) {
 		"two approvals of one person count once": {
 			spec: v1alpha1.ApprovalStep{Required: 2},
 			ledger: ledger{answers: []v1alpha1.TeardownApproval{answer(1, "alice", v1alpha1.Approve),
-				answer(2, "alice", v1alpha1.Approve, func(s *v1alpha1.TeardownApprovalSpec) { s.Reason = "again" })}},
+				renamed(answer(2, "alice", v1alpha1.Approve), "alice-again")}},
 			outcome: steps.InProgress, message: "(1 of 2)", decisions: 1, reviews: 1,
+			ignored: "alice-again: alice already answered attempt 1 (alice-Approve): an answer cannot change",
+		},
+		"a person's second answer does not change the first": {
+			spec:    v1alpha1.ApprovalStep{Required: 2},
+			ledger:  ledger{answers: []v1alpha1.TeardownApproval{answer(1, "alice", v1alpha1.Approve), answer(2, "alice", v1alpha1.Reject)}},
+			outcome: steps.InProgress, message: "(1 of 2)", decisions: 1, reviews: 1,
+			ignored: "alice-Reject: alice already answered attempt 1 (alice-Approve): an answer cannot change",
+		},
+		"an answer given before the admission policy was in force is not trusted": {
+			ledger:  ledger{answers: []v1alpha1.TeardownApproval{answer(1, "alice", v1alpha1.Approve)}, since: base.Add(time.Minute)},
+			outcome: steps.InProgress, message: "(0 of 1)",
+			ignored: "alice-Approve: given at 2030-01-01T00:00:01Z, before the admission policy teardown.dev-approvals that checks approvers was in force (2030-01-01T00:01:00Z): not trusted; answer again",
+		},
+		"an answer given before the attempt asked does not count": {
+			ledger:   ledger{answers: []v1alpha1.TeardownApproval{answer(1, "alice", v1alpha1.Approve)}},
+			recorded: &v1alpha1.ApprovalStatus{Required: 1, Attempt: 1, AskedTime: &metav1.Time{Time: base.Add(time.Hour)}},
+			outcome:  steps.InProgress, message: "(0 of 1)",
+			ignored: "alice-Approve: given at 2030-01-01T00:00:01Z, before attempt 1 asked (2030-01-01T01:00:00Z)",
 		},
 		"two people make two": {
 			spec:    v1alpha1.ApprovalStep{Required: 2},
@@ -199,5 +223,18 @@ func TestCompileErrors(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("errors %q do not name %s", got, want)
 		}
+	}
+}
+
+// An answer given by the deadline but seen after it (the operator down) still decides the step;
+// one given after it does not.
+func TestSettledAtTheDeadline(t *testing.T) {
+	a := compile(t, &ledger{answers: []v1alpha1.TeardownApproval{answer(10, "alice", v1alpha1.Approve)}}, v1alpha1.ApprovalStep{})
+	s := a.(steps.Settler)
+	if r, ok := s.Settled(context.Background(), input(nil), base.Add(20*time.Second)); !ok || r.Outcome != steps.Succeeded {
+		t.Errorf("given before the deadline: %v %+v", ok, r)
+	}
+	if r, ok := s.Settled(context.Background(), input(nil), base.Add(5*time.Second)); ok {
+		t.Errorf("given after the deadline, yet settled: %+v", r)
 	}
 }

@@ -3,11 +3,13 @@ package approval
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
@@ -21,10 +23,16 @@ type Ledger interface {
 	// MayApprove asks RBAC whether approver may approve run (verb approve on teardownruns); when
 	// not, why says so.
 	MayApprove(ctx context.Context, approver v1alpha1.Approver, run *v1alpha1.TeardownRun) (allowed bool, why string, err error)
-	// Enforced returns nil while the admission policy that checks approvers (and its binding) is
-	// installed, else why no answer can be trusted.
-	Enforced(ctx context.Context) error
+	// Enforced returns since when the admission policy that checks approvers (and its binding
+	// that denies) is in force: answers created before then are not trusted. err says why none
+	// can be.
+	Enforced(ctx context.Context) (since time.Time, err error)
 }
+
+// PolicySettle is how long after the admission policy or its binding is created an answer is
+// trusted: an API server enforces an admission policy once its informer has it, within a second
+// or so; an answer created sooner may have gone unchecked.
+const PolicySettle = 5 * time.Second
 
 // apiLedger is the Ledger of a running operator.
 type apiLedger struct {
@@ -70,17 +78,31 @@ func Access(run *v1alpha1.TeardownRun) *authorizationv1.ResourceAttributes {
 		Namespace: run.Namespace, Name: run.Name}
 }
 
-func (l *apiLedger) Enforced(ctx context.Context) error {
-	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-		m := &metav1.PartialObjectMetadata{}
-		m.SetGroupVersionKind(schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: kind})
-		err := l.reader.Get(ctx, client.ObjectKey{Name: v1alpha1.ApprovalPolicyName}, m)
-		switch {
+func (l *apiLedger) Enforced(ctx context.Context) (time.Time, error) {
+	key := client.ObjectKey{Name: v1alpha1.ApprovalPolicyName}
+	var pol admissionregistrationv1.ValidatingAdmissionPolicy
+	var bind admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	for _, o := range []struct {
+		kind string
+		obj  client.Object
+	}{{"ValidatingAdmissionPolicy", &pol}, {"ValidatingAdmissionPolicyBinding", &bind}} {
+		kind := o.kind
+		switch err := l.reader.Get(ctx, key, o.obj); {
 		case apierrors.IsNotFound(err):
-			return fmt.Errorf("the %s %s that checks approvers is not installed, so no approval can be trusted (install the operator's config/admission, or the chart, again)", kind, v1alpha1.ApprovalPolicyName)
+			return time.Time{}, fmt.Errorf("the %s %s that checks approvers is not installed, so no approval can be trusted (install the operator's config/admission, or the chart, again)", kind, v1alpha1.ApprovalPolicyName)
 		case err != nil:
-			return fmt.Errorf("reading the %s %s that checks approvers: %w", kind, v1alpha1.ApprovalPolicyName, err)
+			return time.Time{}, fmt.Errorf("reading the %s %s that checks approvers: %w", kind, v1alpha1.ApprovalPolicyName, err)
 		}
 	}
-	return nil
+	if fp := pol.Spec.FailurePolicy; fp == nil || *fp != admissionregistrationv1.Fail {
+		return time.Time{}, fmt.Errorf("the ValidatingAdmissionPolicy %s has no failurePolicy Fail, so an approval it could not check would be let through: none is trusted", v1alpha1.ApprovalPolicyName)
+	}
+	if bind.Spec.PolicyName != v1alpha1.ApprovalPolicyName || !slices.Contains(bind.Spec.ValidationActions, admissionregistrationv1.Deny) {
+		return time.Time{}, fmt.Errorf("the ValidatingAdmissionPolicyBinding %s does not deny with policy %s, so nothing refuses a false approver: no approval is trusted", v1alpha1.ApprovalPolicyName, v1alpha1.ApprovalPolicyName)
+	}
+	since := pol.CreationTimestamp.Time
+	if bind.CreationTimestamp.After(since) {
+		since = bind.CreationTimestamp.Time
+	}
+	return since.Add(PolicySettle), nil
 }

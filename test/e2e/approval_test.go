@@ -85,6 +85,7 @@ var _ = Describe("Approval and finally steps on a real control plane", func() {
 		startOperatorArgs("--http-allowed-destinations", strings.TrimPrefix(fake.srv.URL, "http://"))
 		DeferCleanup(func() { stopOperator(); startOperator() })
 		Expect(framework.InstallAdmissionPolicies(ctx, k8s, root)).To(Succeed())
+		Expect(framework.AwaitApprovalsTrusted(ctx, k8s)).To(Succeed())
 		installYAML(ctx, filepath.Join(root, "config", "rbac", "user_roles.yaml"))
 		Expect(framework.InstallCRDs(ctx, k8s, filepath.Join(root, "samples", "crds"))).To(Succeed())
 

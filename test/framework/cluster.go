@@ -10,6 +10,10 @@ import (
 	"strings"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
+	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/steps/approval"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -110,6 +114,24 @@ func InstallAdmissionPolicies(ctx context.Context, c client.Client, root string)
 			return err
 		}
 	}
+	return nil
+}
+
+// AwaitApprovalsTrusted waits until the operator trusts approvals: PolicySettle after the
+// admission policy that checks approvers, and its binding, were created (InstallAdmissionPolicies).
+func AwaitApprovalsTrusted(ctx context.Context, c client.Client) error {
+	key := client.ObjectKey{Name: v1alpha1.ApprovalPolicyName}
+	var since time.Time
+	for _, obj := range []client.Object{&admissionregistrationv1.ValidatingAdmissionPolicy{}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}} {
+		if err := c.Get(ctx, key, obj); err != nil {
+			return err
+		}
+		if t := obj.GetCreationTimestamp().Time; t.After(since) {
+			since = t
+		}
+	}
+	// Creation times are in whole seconds: a second more covers the rounding.
+	time.Sleep(time.Until(since.Add(approval.PolicySettle + time.Second)))
 	return nil
 }
 

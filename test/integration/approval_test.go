@@ -81,6 +81,7 @@ var _ = Describe("Approval steps", func() {
 		root := filepath.Join("..", "..")
 		Expect(framework.InstallAdmissionPolicies(ctx, k8s, root)).To(Succeed())
 		Expect(framework.InstallUserRoles(ctx, k8s, root)).To(Succeed())
+		Expect(framework.AwaitApprovalsTrusted(ctx, k8s)).To(Succeed())
 	})
 
 	It("waits for a person with the verb, refuses one without, and records who approved before the next step", func() {

@@ -69,6 +69,7 @@ func managedDatabaseSample(ctx SpecContext) {
 	root := filepath.Join("..", "..")
 	Expect(framework.InstallAdmissionPolicies(ctx, k8s, root)).To(Succeed())
 	Expect(framework.InstallUserRoles(ctx, k8s, root)).To(Succeed())
+	Expect(framework.AwaitApprovalsTrusted(ctx, k8s)).To(Succeed())
 	p := createHTTPSample(ctx, "managed-database.yaml", "https://db-api.example.com", ns, "https://chat.example.com/hooks/teardown", "/chat")
 
 	db := exampleObject(ns, "ManagedDatabase", "orders", map[string]any{"instanceID": "db-42", "engine": "postgres"})
