@@ -239,7 +239,7 @@ func planSteps(ctx context.Context, c *policy.Compiled, t *target, runNamespace 
 	now := time.Now()
 	var out []stepReport
 	nSteps, nFinally := len(c.Pipeline.Steps), len(c.Pipeline.Finally)
-	for i, s := range append(append(slices.Clip(c.Pipeline.Steps), c.Pipeline.Finally...), c.Pipeline.OnStuck...) {
+	for i, s := range c.Pipeline.All() {
 		sr := stepReport{Name: s.Spec.Name, Kind: s.Kind}
 		finally := i >= nSteps
 		switch {

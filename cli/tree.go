@@ -37,7 +37,7 @@ func (r *root) printRunTree(ctx context.Context, w io.Writer, run *v1alpha1.Tear
 		fmt.Fprintf(w, "  retried %d time(s), last by %s from step %s\n", run.Status.Retries, lr.RequestedBy, lr.FromStep)
 	}
 	pl := run.Spec.Pipeline
-	specs := append(append(slices.Clip(pl.Steps), pl.Finally...), pl.OnStuck...)
+	specs := pl.AllSteps()
 	for i, spec := range specs {
 		switch i {
 		case len(pl.Steps) + len(pl.Finally):

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -54,7 +53,7 @@ func (d *dryRuns) refusals(ctx context.Context, c *policy.Compiled) field.ErrorL
 		return v.refused
 	}
 	v = dryRunVerdict{uid: c.UID, generation: c.Generation}
-	for _, s := range append(slices.Clip(c.Pipeline.Steps), c.Pipeline.Finally...) {
+	for _, s := range c.Pipeline.All() {
 		chk, ok := s.Action.(steps.ServerChecker)
 		if !ok {
 			continue

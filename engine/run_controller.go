@@ -243,7 +243,7 @@ func (r *runReconciler) releaseSettled(ctx context.Context, p *pass) {
 	}
 	settled := slices.Compact(slices.Sorted(slices.Values(p.out.Settled)))
 	now := time.Now()
-	for _, step := range append(append(slices.Clip(pipe.Steps), pipe.Finally...), pipe.OnStuck...) {
+	for _, step := range pipe.All() {
 		rel, ok := step.Action.(steps.Releaser)
 		ss := p.run.Status.Step(step.Spec.Name)
 		if ok && ss != nil && len(ss.State) > 0 && slices.Contains(settled, step.Spec.Name) {

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -79,8 +78,8 @@ type stepOutcome struct {
 }
 
 func stepOutcomes(run *v1alpha1.TeardownRun) []stepOutcome {
-	out := make([]stepOutcome, 0, len(run.Status.Steps)+len(run.Status.Finally))
-	for _, ss := range append(slices.Clip(run.Status.Steps), run.Status.Finally...) {
+	out := make([]stepOutcome, 0, len(run.Status.Steps))
+	for _, ss := range run.Status.AllSteps() {
 		o := stepOutcome{Name: ss.Name, Phase: string(ss.Phase), Attempts: ss.Attempts}
 		if ss.StartTime != nil && ss.CompletionTime != nil {
 			o.Took = ss.CompletionTime.Sub(ss.StartTime.Time).String()
@@ -105,7 +104,7 @@ func logTransitions(ctx context.Context, before, after *v1alpha1.TeardownRun, re
 	if after.Status.Retries > before.Status.Retries {
 		log.Info("teardown retried", "fromStep", after.Status.LastRetry.FromStep, "retries", after.Status.Retries)
 	}
-	for _, ss := range append(slices.Clip(after.Status.Steps), after.Status.Finally...) {
+	for _, ss := range after.Status.AllSteps() {
 		old := before.Status.Step(ss.Name)
 		switch {
 		case ss.Phase == v1alpha1.StepFailed && (old == nil || old.Phase != v1alpha1.StepFailed):

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -224,7 +223,7 @@ func cleanSuccess(run *v1alpha1.TeardownRun) bool {
 	if run.Status.Phase != v1alpha1.RunSucceeded {
 		return false
 	}
-	for _, ss := range append(slices.Clip(run.Status.Steps), run.Status.Finally...) {
+	for _, ss := range run.Status.AllSteps() {
 		if ss.Phase == v1alpha1.StepFailed {
 			return false
 		}

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"slices"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -243,6 +245,11 @@ func (s *TeardownRunStatus) Step(name string) *StepStatus {
 		}
 	}
 	return nil
+}
+
+// AllSteps returns the statuses of the steps, then the finally steps, then the onStuck steps.
+func (s *TeardownRunStatus) AllSteps() []StepStatus {
+	return slices.Concat(s.Steps, s.Finally, s.OnStuck)
 }
 
 // RunEnding is how a run's pipeline ended, kept while its finally steps run.

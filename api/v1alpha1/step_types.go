@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -161,6 +163,11 @@ type Step struct {
 	// teardown approve), or one of them rejects (kubectl teardown reject), which fails the step.
 	// +optional
 	Approval *ApprovalStep `json:"approval,omitempty"`
+}
+
+// AllSteps returns the steps, then the finally steps, then the onStuck steps.
+func (p *Pipeline) AllSteps() []Step {
+	return slices.Concat(p.Steps, p.Finally, p.OnStuck)
 }
 
 // Pipeline is the part of a policy that a run executes: the steps and what bounds them.

@@ -30,12 +30,18 @@ func (n *notifier) Execute(_ context.Context, in *steps.Input) steps.Result {
 
 // withFinally adds finally steps to a pipeline, defaulting their timeout as the compiler does.
 func withFinally(run *v1alpha1.TeardownRun, pipe *policy.Pipeline, fs ...*policy.Step) {
+	addBounded(&run.Spec.Pipeline.Finally, &pipe.Finally, fs)
+}
+
+// addBounded adds steps to a list of the run's spec and of its compiled pipeline, their timeout
+// defaulted as the compiler does for finally and onStuck steps.
+func addBounded(specs *[]v1alpha1.Step, compiled *[]*policy.Step, fs []*policy.Step) {
 	for _, f := range fs {
 		if f.Spec.Timeout == nil {
 			f.Spec.Timeout = &metav1.Duration{Duration: policy.DefaultFinallyTimeout}
 		}
-		run.Spec.Pipeline.Finally = append(run.Spec.Pipeline.Finally, f.Spec)
-		pipe.Finally = append(pipe.Finally, f)
+		*specs = append(*specs, f.Spec)
+		*compiled = append(*compiled, f)
 	}
 }
 

@@ -6,21 +6,13 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
 func withOnStuck(run *v1alpha1.TeardownRun, pipe *policy.Pipeline, fs ...*policy.Step) {
-	for _, f := range fs {
-		if f.Spec.Timeout == nil {
-			f.Spec.Timeout = &metav1.Duration{Duration: policy.DefaultFinallyTimeout}
-		}
-		run.Spec.Pipeline.OnStuck = append(run.Spec.Pipeline.OnStuck, f.Spec)
-		pipe.OnStuck = append(pipe.OnStuck, f)
-	}
+	addBounded(&run.Spec.Pipeline.OnStuck, &pipe.OnStuck, fs)
 }
 
 // A run in flight asks to come back when it becomes stuck, then runs its onStuck steps once,

@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"encoding/json"
-	"slices"
 	"time"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
@@ -37,7 +36,7 @@ func decodeObject(run *v1alpha1.TeardownRun) map[string]any {
 // varsOf binds object, steps and run for one step's expressions.
 func varsOf(run *v1alpha1.TeardownRun, object map[string]any, ss *v1alpha1.StepStatus) expr.Vars {
 	stepsVar := make(map[string]any, len(run.Status.Steps)+len(run.Status.Finally))
-	for _, s := range append(append(slices.Clip(run.Status.Steps), run.Status.Finally...), run.Status.OnStuck...) {
+	for _, s := range run.Status.AllSteps() {
 		outputs := make(map[string]any, len(s.Outputs))
 		for k, v := range s.Outputs {
 			var x any

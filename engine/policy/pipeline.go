@@ -28,7 +28,7 @@ func (c *Compiler) compilePipeline(spec *v1alpha1.Pipeline, namespace string, ta
 	}
 	// The finally steps read every step and the finally steps before them; the onStuck steps, which
 	// may run before any finally step, every step and the onStuck steps before them.
-	all := append(append(slices.Clip(spec.Steps), spec.Finally...), spec.OnStuck...)
+	all := spec.AllSteps()
 	infos := c.stepInfos(all)
 	usage := &expr.Usage{}
 	defer func() {

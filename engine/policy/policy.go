@@ -5,6 +5,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -104,6 +105,11 @@ type Pipeline struct {
 	// cache keeps (expr.MetadataFields): then a run that is not recorded needs no read of its
 	// target from the API server.
 	ReadsObject, ReadsObjectBeyondMetadata bool
+}
+
+// All returns the steps, then the finally steps, then the onStuck steps.
+func (p *Pipeline) All() []*Step {
+	return slices.Concat(p.Steps, p.Finally, p.OnStuck)
 }
 
 // Compiled is a policy ready for the engine.

@@ -12,8 +12,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
@@ -37,15 +35,7 @@ func personOf(name string, groups ...string) person {
 	rc.Impersonate = rest.ImpersonationConfig{UserName: name, Groups: append(groups, "system:authenticated")}
 	c, err := client.New(rc, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData,
-		Impersonate: name, ImpersonateGroups: rc.Impersonate.Groups}
-	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "user"}
-	kc.CurrentContext = "envtest"
-	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
-	Expect(clientcmd.WriteToFile(*kc, path)).To(Succeed())
-	return person{name: name, kubeconfig: path, groups: rc.Impersonate.Groups, client: c}
+	return person{name: name, kubeconfig: writeKubeconfig(rc), groups: rc.Impersonate.Groups, client: c}
 }
 
 // grant binds a shipped user ClusterRole to a user in ns, as a namespace admin would.

@@ -37,11 +37,13 @@ import (
 // cliKubeconfig is a kubeconfig for the suite's cluster admin, written for each spec.
 var cliKubeconfig string
 
-// writeKubeconfig writes a kubeconfig for rc (envtest's certificate-based config).
+// writeKubeconfig writes a kubeconfig for rc (envtest's certificate-based config), with the
+// identity rc impersonates, if any.
 func writeKubeconfig(rc *rest.Config) string {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthorityData: rc.CAData}
-	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{ClientCertificateData: rc.CertData, ClientKeyData: rc.KeyData, Token: rc.BearerToken}
+	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{ClientCertificateData: rc.CertData, ClientKeyData: rc.KeyData, Token: rc.BearerToken,
+		Impersonate: rc.Impersonate.UserName, ImpersonateGroups: rc.Impersonate.Groups}
 	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "user"}
 	kc.CurrentContext = "envtest"
 	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
