@@ -60,7 +60,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code from the API markers.
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers, and the chart's copies of them.
-	$(CONTROLLER_GEN) crd rbac:roleName=teardown-operator paths=./api/... paths=./engine/... paths=./steps/... \
+	$(CONTROLLER_GEN) crd rbac:roleName=teardown-operator paths=./api/... paths=./engine/... paths=./steps/... paths=./internal/metricsauth \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	$(GO) run ./hack/chartgen
 
@@ -76,7 +76,7 @@ builtin-kinds: control-plane ## Write the built-in kinds lint knows offline (cli
 verify-generated: $(CONTROLLER_GEN) ## Fail when committed generated files differ from what the markers produce.
 	tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
 	$(CONTROLLER_GEN) object:headerFile=/dev/null paths=./api/... output:object:dir=$$tmp/api >/dev/null; \
-	$(CONTROLLER_GEN) crd rbac:roleName=teardown-operator paths=./api/... paths=./engine/... paths=./steps/... \
+	$(CONTROLLER_GEN) crd rbac:roleName=teardown-operator paths=./api/... paths=./engine/... paths=./steps/... paths=./internal/metricsauth \
 		output:crd:artifacts:config=$$tmp/crd output:rbac:artifacts:config=$$tmp/rbac; \
 	$(GO) run ./hack/chartgen -out $$tmp/chart; \
 	diff -u api/v1alpha1/zz_generated.deepcopy.go $$tmp/api/zz_generated.deepcopy.go && \
@@ -112,13 +112,52 @@ tools: $(CONTROLLER_GEN) $(STATICCHECK) $(GINKGO) $(HELM) ## Install the Go tool
 control-plane: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok and kwokctl into bin/ (once).
 	bash test/cluster/build-control-plane.sh
 
+# REAL_NODE=1 makes cluster-up and cluster-down start and remove the cluster with a real node.
+ifeq ($(REAL_NODE),1)
 .PHONY: cluster-up
-cluster-up: control-plane ## Start the local kwok cluster; prints its kubeconfig path.
+cluster-up: node-up
+
+.PHONY: cluster-down
+cluster-down: node-down
+else
+.PHONY: cluster-up
+cluster-up: control-plane ## Start the local kwok cluster (REAL_NODE=1: with a real node, as node-up); prints its kubeconfig path.
 	bash test/cluster/up.sh
 
 .PHONY: cluster-down
-cluster-down: ## Stop the local kwok cluster.
+cluster-down: ## Stop the local kwok cluster (REAL_NODE=1: and its real node, as node-down).
 	bash test/cluster/down.sh
+endif
+
+# The Debian packages a real node runs on: containerd, runc, the CNI plugins, and what node-up.sh
+# and hack/nodeimages use (iptables, iproute2, openssl, a static busybox for the test image), and
+# curl, which the real-node suite runs as docs/operating.md does.
+NODE_PACKAGES := containerd runc containernetworking-plugins iptables iproute2 openssl busybox-static curl
+
+.PHONY: node-deps
+node-deps: ## Install the real node's Debian packages (containerd, runc, CNI plugins, ...) when missing; needs root.
+	@missing=$$(dpkg-query -W -f='$${Status} $${Package}\n' $(NODE_PACKAGES) 2>/dev/null | awk '$$3 == "installed" {print $$4}' | \
+		sort | comm -13 - <(printf '%s\n' $(NODE_PACKAGES) | sort)); \
+	if [ -n "$$missing" ]; then \
+		echo "installing" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+.PHONY: node-bins
+node-bins: ## Build the kubelet (with the control plane) into bin/ (once).
+	WITH_KUBELET=1 bash test/cluster/build-control-plane.sh
+
+.PHONY: node-images
+node-images: ## Build the images the real node cannot pull (pause, and busybox for Job steps) into bin/node-images/.
+	$(GO) run ./hack/nodeimages -out $(BIN)/node-images
+
+.PHONY: node-up
+node-up: node-deps node-bins node-images image ## Start the local cluster with a real node (kubelet, containerd) beside the kwok node; prints its kubeconfig path. Needs root.
+	bash test/cluster/node-up.sh
+
+.PHONY: node-down
+node-down: ## Remove the real node, its cluster and everything they added to the host (also after a failed node-up).
+	bash test/cluster/node-down.sh
 
 ##@ Test
 
@@ -141,6 +180,10 @@ test-integration: control-plane $(GINKGO) ## Integration suites against a real A
 test-e2e: control-plane $(GINKGO) $(HELM) image ## End-to-end suite on the local kwok cluster (starts and stops it).
 	$(GINKGO) -v --timeout=20m ./test/e2e
 
+.PHONY: test-realnode
+test-realnode: node-deps node-bins node-images image $(GINKGO) $(HELM) ## The real-node suite: the chart, its probes, Job steps and the uninstall hook as real containers (starts and removes the node).
+	$(GINKGO) -v --timeout=15m ./test/realnode
+
 .PHONY: test-chart
 test-chart: control-plane $(HELM) ## The Helm chart: helm lint, helm template with default and full values, the values schema.
 	HELM=$(HELM) $(GO) test -count=1 ./test/chart/...
@@ -162,7 +205,7 @@ soak: control-plane $(GINKGO) ## 30 minutes of churn (SOAK_DURATION, SOAK_RATE):
 	SOAK_DURATION=$${SOAK_DURATION:-30m} $(GINKGO) -v --timeout=90m --focus=Soak ./test/chaos
 
 .PHONY: test
-test: verify-generated lint test-unit test-chart test-image test-integration test-e2e test-chaos ## Everything a change must pass.
+test: verify-generated lint test-unit test-chart test-image test-integration test-e2e test-realnode test-chaos ## Everything a change must pass.
 
 # The fuzz targets, as name:package. make test runs their seed corpora (test-unit).
 FUZZ_TARGETS := FuzzCompilePolicy:./engine/policy FuzzLint:./cli/lint FuzzExpr:./internal/expr FuzzTemplate:./internal/expr \

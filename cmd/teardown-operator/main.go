@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine"
@@ -39,21 +38,22 @@ func main() {
 
 // options are the operator's flags.
 type options struct {
-	metricsAddr, probeAddr, pprofAddr, leaderNS, runNS string
-	leaderElect, admissionArming                       bool
-	targetWorkers, runWorkers                          int
-	retention, stuckAfter, resync                      time.Duration
-	qps                                                float64
-	burst, httpInFlight                                int
-	httpInlineWait                                     time.Duration
-	httpAllowed                                        string
-	zap                                                zap.Options
+	metrics                               metricsFlags
+	probeAddr, pprofAddr, leaderNS, runNS string
+	leaderElect, admissionArming          bool
+	targetWorkers, runWorkers             int
+	retention, stuckAfter, resync         time.Duration
+	qps                                   float64
+	burst, httpInFlight                   int
+	httpInlineWait                        time.Duration
+	httpAllowed                           string
+	zap                                   zap.Options
 }
 
 // parseFlags reads the command line into options.
 func parseFlags() *options {
 	o := &options{}
-	flag.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
+	o.metrics.bind(flag.CommandLine)
 	flag.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the health and readiness probes bind to.")
 	flag.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address to serve Go's profiles (/debug/pprof) on, for diagnosis; empty (the default) serves none.")
 	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
@@ -125,11 +125,15 @@ func run() error {
 
 // newManager builds the manager with the engine, its step kinds and the health checks.
 func newManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o *options, httpOpts httpstep.Options) (ctrl.Manager, *engine.Engine, error) {
+	metrics, err := o.metrics.serverOptions()
+	if err != nil {
+		return nil, nil, err
+	}
 	mo := ctrl.Options{
 		Logger:                 releasedLeaseLogger(ctx, ctrl.Log),
 		Scheme:                 scheme,
 		Cache:                  engine.CacheOptions(builtin.CacheOptions()),
-		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
+		Metrics:                metrics,
 		HealthProbeBindAddress: o.probeAddr,
 		PprofBindAddress:       o.pprofAddr,
 	}

@@ -125,7 +125,7 @@ func (a *action) observe(ctx context.Context, in *steps.Input, st state) steps.R
 // nil while the Job runs. A Failed Job fails the attempt whatever successCondition says.
 func (a *action) decide(ctx context.Context, in *steps.Input, st state, job *batchv1.Job) *steps.Result {
 	ref := job.Namespace + "/" + job.Name
-	complete, failed := condition(job, batchv1.JobComplete), condition(job, batchv1.JobFailed)
+	complete, failed := outcome(job)
 	var res steps.Result
 	switch {
 	case failed != nil:
@@ -177,16 +177,53 @@ func (a *action) Settled(ctx context.Context, in *steps.Input, deadline time.Tim
 	return steps.Result{}, false
 }
 
-// finishTime is when the Job completed or failed; zero while it runs.
-func finishTime(job *batchv1.Job) time.Time {
-	if c := condition(job, batchv1.JobFailed); c != nil {
-		return c.LastTransitionTime.Time
+// outcome returns the condition that decides the step: complete or failed, at most one of them
+// set, both nil while the Job runs. The Job controller sets Complete and Failed only once every
+// pod has terminated, which takes a pod's termination grace period (30s unless set) after the
+// Job's deadline; it sets SuccessCriteriaMet and FailureTarget as soon as it decides. While pods
+// are still stopping those decide the step, so that it ends at the Job's deadline, with its
+// reason, and not at the step's own a grace period later; once none is, Complete or Failed follow
+// at once, with the pods counted.
+func outcome(job *batchv1.Job) (complete, failed *batchv1.JobCondition) {
+	complete, failed = decision(job)
+	final := (complete != nil && complete.Type == batchv1.JobComplete) || (failed != nil && failed.Type == batchv1.JobFailed)
+	if !final && !stopping(job) {
+		return nil, nil
 	}
-	if condition(job, batchv1.JobComplete) != nil {
-		if job.Status.CompletionTime != nil {
-			return job.Status.CompletionTime.Time
-		}
-		return condition(job, batchv1.JobComplete).LastTransitionTime.Time
+	return complete, failed
+}
+
+// decision returns the condition by which the Job controller decided the Job, final or not:
+// complete or failed, both nil while it runs.
+func decision(job *batchv1.Job) (complete, failed *batchv1.JobCondition) {
+	if c := condition(job, batchv1.JobFailed); c != nil {
+		return nil, c
+	}
+	if c := condition(job, batchv1.JobComplete); c != nil {
+		return c, nil
+	}
+	if c := condition(job, batchv1.JobFailureTarget); c != nil {
+		return nil, c
+	}
+	return condition(job, batchv1.JobSuccessCriteriaMet), nil
+}
+
+// stopping reports whether pods of the Job still run or are being stopped.
+func stopping(job *batchv1.Job) bool {
+	return job.Status.Active > 0 || (job.Status.Terminating != nil && *job.Status.Terminating > 0)
+}
+
+// finishTime is when the Job's outcome was decided; zero while it runs. A Job decided is let go
+// with its TTL, not deleted as running (let), even while its pods are still stopping.
+func finishTime(job *batchv1.Job) time.Time {
+	complete, failed := decision(job)
+	switch {
+	case failed != nil:
+		return failed.LastTransitionTime.Time
+	case complete != nil && complete.Type == batchv1.JobComplete && job.Status.CompletionTime != nil:
+		return job.Status.CompletionTime.Time
+	case complete != nil:
+		return complete.LastTransitionTime.Time
 	}
 	return time.Time{}
 }
@@ -299,7 +336,16 @@ func condition(job *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobConditi
 // summary says how the Job's pods stand.
 func summary(job *batchv1.Job) string {
 	s := job.Status
-	return fmt.Sprintf("active %d, succeeded %d, failed %d", s.Active, s.Succeeded, s.Failed)
+	succeeded, failed := int(s.Succeeded), int(s.Failed)
+	// Pods that ended but are not counted yet: the Job controller counts them a moment after it
+	// has decided the Job's outcome, which the step may see first.
+	if u := s.UncountedTerminatedPods; u != nil {
+		succeeded, failed = succeeded+len(u.Succeeded), failed+len(u.Failed)
+	}
+	if s.Terminating != nil && *s.Terminating > 0 {
+		return fmt.Sprintf("active %d, terminating %d, succeeded %d, failed %d", s.Active, *s.Terminating, succeeded, failed)
+	}
+	return fmt.Sprintf("active %d, succeeded %d, failed %d", s.Active, succeeded, failed)
 }
 
 // outputs are the step's outputs: where its Job is, for later steps.

@@ -92,7 +92,8 @@ func (a *action) failureMessage(ctx context.Context, job *batchv1.Job, failed *b
 }
 
 // failedContainer picks the pod and container to report: the container that most recently
-// terminated with a non-zero exit code, else the most recent pod that failed.
+// terminated with a non-zero exit code, else the most recent pod that failed, else a container
+// still running in the most recent pod.
 func failedContainer(pods []corev1.Pod) (*corev1.Pod, *corev1.ContainerStatus) {
 	var (
 		bestPod *corev1.Pod
@@ -121,6 +122,17 @@ func failedContainer(pods []corev1.Pod) (*corev1.Pod, *corev1.ContainerStatus) {
 			return &pods[i], nil
 		}
 	}
+	// A Job failed at its deadline (FailureTarget) while its pod still runs: report the container
+	// that was at work, which the Job controller is stopping.
+	for i := range pods {
+		for _, list := range [][]corev1.ContainerStatus{pods[i].Status.InitContainerStatuses, pods[i].Status.ContainerStatuses} {
+			for j := range list {
+				if list[j].State.Running != nil {
+					return &pods[i], &list[j]
+				}
+			}
+		}
+	}
 	return nil, nil
 }
 
@@ -137,6 +149,9 @@ func finishedAt(c *corev1.ContainerStatus) time.Time { return terminated(c).Fini
 // describeState says how a container ended, for example "exited with code 3 (Error)".
 func describeState(c *corev1.ContainerStatus) string {
 	t := terminated(c)
+	if t == nil && c.State.Running != nil {
+		return "was still running (started " + c.State.Running.StartedAt.UTC().Format(time.RFC3339) + ") and is being stopped"
+	}
 	if t == nil {
 		return "did not terminate"
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/internal/expr"
@@ -998,6 +999,15 @@ func TestFailedContainer(t *testing.T) {
 			wantPod: "evicted-new",
 		},
 		{
+			name: "failed at its deadline while running: the running container of the newest pod",
+			pods: []corev1.Pod{
+				pod("old", 0, corev1.PodSucceeded, nil, exited("main", 0, 5)),
+				pod("stopping", 10, corev1.PodRunning, nil, exited("sidecar", 0, 12),
+					corev1.ContainerStatus{Name: "main", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at(11)}}}),
+			},
+			wantPod: "stopping", wantCtr: "main",
+		},
+		{
 			name: "a failed container wins over a newer failed pod",
 			pods: []corev1.Pod{
 				pod("crashed", 0, corev1.PodFailed, nil, exited("main", 1, 10)),
@@ -1032,7 +1042,12 @@ func TestDescribeState(t *testing.T) {
 		c    corev1.ContainerStatus
 		want string
 	}{
-		{"not terminated", corev1.ContainerStatus{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}, "did not terminate"},
+		{
+			"still running",
+			corev1.ContainerStatus{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(time.Date(2024, 1, 1, 12, 0, 0, 0, time.UTC))}}},
+			"was still running (started 2024-01-01T12:00:00Z) and is being stopped",
+		},
+		{"waiting", corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}, "did not terminate"},
 		{"no state at all", corev1.ContainerStatus{}, "did not terminate"},
 		{"code only", corev1.ContainerStatus{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 3}}}, "exited with code 3"},
 		{"code and reason", corev1.ContainerStatus{State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}}, "exited with code 137 (OOMKilled)"},
@@ -1222,6 +1237,12 @@ func TestSummary(t *testing.T) {
 	}{
 		{"nothing yet", batchv1.JobStatus{}, "active 0, succeeded 0, failed 0"},
 		{"mixed", batchv1.JobStatus{Active: 1, Succeeded: 2, Failed: 3}, "active 1, succeeded 2, failed 3"},
+		{"pods stopping", batchv1.JobStatus{Terminating: ptr.To[int32](1)}, "active 0, terminating 1, succeeded 0, failed 0"},
+		{
+			"with pods not counted yet",
+			batchv1.JobStatus{Active: 1, Failed: 1, UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{Failed: []types.UID{"a", "b"}, Succeeded: []types.UID{"c"}}},
+			"active 1, succeeded 1, failed 3",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1263,5 +1284,56 @@ func TestCondition(t *testing.T) {
 	}
 	if got := condition(&batchv1.Job{}, batchv1.JobComplete); got != nil {
 		t.Errorf("condition on a Job without conditions = %+v, want nil", *got)
+	}
+}
+
+func TestOutcome(t *testing.T) {
+	at := func(sec int) metav1.Time { return metav1.NewTime(time.Date(2024, 1, 1, 12, 0, sec, 0, time.UTC)) }
+	cond := func(t batchv1.JobConditionType, reason string, sec int) batchv1.JobCondition {
+		return batchv1.JobCondition{Type: t, Status: corev1.ConditionTrue, Reason: reason, LastTransitionTime: at(sec)}
+	}
+	tests := []struct {
+		name       string
+		conditions []batchv1.JobCondition
+		completion *metav1.Time
+		stopping   bool
+		want       string // "complete REASON", "failed REASON" or ""
+		finished   int    // second of finishTime; -1 for zero
+	}{
+		{name: "running", want: "", finished: -1},
+		{name: "failure decided, pods still terminating", conditions: []batchv1.JobCondition{cond(batchv1.JobFailureTarget, "DeadlineExceeded", 7)}, stopping: true, want: "failed DeadlineExceeded", finished: 7},
+		{name: "failure decided, no pod left: Failed follows", conditions: []batchv1.JobCondition{cond(batchv1.JobFailureTarget, "BackoffLimitExceeded", 7)}, want: "", finished: 7},
+		{name: "failed", conditions: []batchv1.JobCondition{cond(batchv1.JobFailureTarget, "DeadlineExceeded", 7), cond(batchv1.JobFailed, "DeadlineExceeded", 37)}, want: "failed DeadlineExceeded", finished: 37},
+		{name: "success decided, pods still terminating", conditions: []batchv1.JobCondition{cond(batchv1.JobSuccessCriteriaMet, "SuccessPolicy", 5)}, stopping: true, want: "complete SuccessPolicy", finished: 5},
+		{name: "complete, at its completion time", conditions: []batchv1.JobCondition{cond(batchv1.JobSuccessCriteriaMet, "", 5), cond(batchv1.JobComplete, "", 9)}, completion: ptr.To(at(8)), want: "complete ", finished: 8},
+		{name: "complete without a completion time", conditions: []batchv1.JobCondition{cond(batchv1.JobComplete, "", 9)}, want: "complete ", finished: 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			job := &batchv1.Job{Status: batchv1.JobStatus{Conditions: tt.conditions, CompletionTime: tt.completion}}
+			if tt.stopping {
+				job.Status.Terminating = ptr.To[int32](1)
+			}
+			complete, failed := outcome(job)
+			got := ""
+			switch {
+			case complete != nil && failed != nil:
+				t.Fatal("both complete and failed")
+			case complete != nil:
+				got = "complete " + complete.Reason
+			case failed != nil:
+				got = "failed " + failed.Reason
+			}
+			if got != tt.want {
+				t.Errorf("outcome = %q, want %q", got, tt.want)
+			}
+			want := time.Time{}
+			if tt.finished >= 0 {
+				want = at(tt.finished).Time
+			}
+			if f := finishTime(job); !f.Equal(want) {
+				t.Errorf("finishTime = %v, want %v", f, want)
+			}
+		})
 	}
 }

@@ -19,8 +19,9 @@ type process struct {
 // startOperator starts the operator with the benchmark's base flags, then modeArgs, then the
 // user's -operator-args.
 func startOperator(o options, kubeconfig string, modeArgs []string) (*process, error) {
+	// Plain HTTP metrics on loopback: the benchmark scrapes them without a token.
 	args := []string{"--kubeconfig", kubeconfig, "--run-namespace", "teardown-system",
-		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"}
+		"--metrics-bind-address", "127.0.0.1:0", "--metrics-secure=false", "--health-probe-bind-address", "127.0.0.1:0"}
 	args = append(args, modeArgs...)
 	args = append(args, strings.Fields(o.extraArgs)...)
 	return startProcess(filepath.Join(o.root, "bin", "bench-operator.log"), o.operatorBin, args...)

@@ -52,8 +52,9 @@ func startOperatorAs(user string, extra ...string) *operator {
 var started atomic.Int32
 
 func startOperatorWith(kubeconfig string, extra ...string) *operator {
+	// Plain HTTP metrics on loopback: the soak scrapes them without a token.
 	args := append([]string{"--kubeconfig", kubeconfig, "--run-namespace", runNamespace,
-		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"}, extra...)
+		"--metrics-bind-address", "127.0.0.1:0", "--metrics-secure=false", "--health-probe-bind-address", "127.0.0.1:0"}, extra...)
 	o := &operator{cmd: exec.Command(operatorBin, args...), log: &framework.SyncBuffer{}, acting: "Successfully acquired lease"}
 	if slices.Contains(extra, "--leader-elect=false") {
 		o.acting = "Starting workers" // no lease to wait for: it acts once its controllers start

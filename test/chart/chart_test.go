@@ -73,6 +73,24 @@ func render(t *testing.T, args ...string) *rendered {
 	return decode(t, out)
 }
 
+// renderValues renders the chart with values given as YAML, as a user's values file. The file is
+// not in t.TempDir(): helm splits -f at commas, which a subtest's name may hold.
+func renderValues(t *testing.T, values string) *rendered {
+	t.Helper()
+	f, err := os.CreateTemp("", "values-*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(f.Name()) })
+	if _, err := f.WriteString(values); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return render(t, "-f", f.Name())
+}
+
 // decode decodes a stream of YAML documents.
 func decode(t *testing.T, out string) *rendered {
 	t.Helper()
@@ -175,7 +193,7 @@ func TestDefaults(t *testing.T) {
 	if c.Image != "ghcr.io/teardown-dev/teardown-operator:0.1.0" {
 		t.Errorf("image = %s, want the chart's appVersion", c.Image)
 	}
-	for _, arg := range []string{"--leader-elect=true", "--leader-election-namespace=" + namespace, "--run-namespace=" + namespace, "--metrics-bind-address=:8080"} {
+	for _, arg := range []string{"--leader-elect=true", "--leader-election-namespace=" + namespace, "--run-namespace=" + namespace, "--metrics-bind-address=:8443"} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("args %v lack %s", c.Args, arg)
 		}
@@ -236,7 +254,7 @@ func TestFullValues(t *testing.T) {
 	}
 	for _, arg := range []string{"--run-namespace=teardown-runs", "--target-workers=32", "--run-workers=8", "--run-retention=720h",
 		"--stuck-after=30m", "--admission-arming=false", "--http-allowed-destinations=10.20.0.0/16,127.0.0.1:8443", "--zap-log-level=debug",
-		"--http-inline-wait=50ms", "--metrics-bind-address=:9090"} {
+		"--http-inline-wait=50ms", "--metrics-bind-address=:9090", "--metrics-cert-dir=/etc/teardown-operator/metrics-certs"} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("args %v lack %s", c.Args, arg)
 		}
@@ -307,6 +325,12 @@ func TestBadValues(t *testing.T) {
 		{[]string{"--set", "leaderElection.enabled=false"}, []string{"leaderElection.enabled must be true when replicaCount is more than 1"}},
 		{[]string{"--set", "serviceAccount.create=false"}, []string{"serviceAccount.name is required"}},
 		{[]string{"--set", "metrics.enabled=false", "--set", "metrics.serviceMonitor.enabled=true"}, []string{"metrics.serviceMonitor.enabled needs metrics.enabled"}},
+		{[]string{"--set", "metrics.secure=yes"}, []string{"/metrics/secure", "boolean"}},
+		{[]string{"--set", "metrics.certSecret=Metrics_Cert"}, []string{"certSecret", "pattern"}},
+		{[]string{"--set", "metrics.secure=false", "--set", "metrics.certSecret=metrics-cert"}, []string{"metrics.certSecret needs metrics.secure"}},
+		{[]string{"--set", "metrics.serviceMonitor.tlsConfig=verify"}, []string{"tlsConfig", "object"}},
+		{[]string{"--set", "spreadReplicas=maybe"}, []string{"spreadReplicas", "boolean"}},
+		{[]string{"--set", "operator.extraArgs[0]=--metrics-secure=false"}, []string{"operator.extraArgs: --metrics-secure is set by the chart"}},
 	} {
 		out, err := helm(t, append([]string{"template", release, chartDir}, tc.set...)...)
 		if err == nil {

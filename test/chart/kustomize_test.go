@@ -42,6 +42,9 @@ func TestKustomizeMatchesChart(t *testing.T) {
 	if *kd.Spec.Replicas != *cd.Spec.Replicas {
 		t.Errorf("replicas: config/default %d, chart %d", *kd.Spec.Replicas, *cd.Spec.Replicas)
 	}
+	if !spreadsReplicas(kd) || !spreadsReplicas(cd) {
+		t.Errorf("replicas spread over nodes: config/default %v, chart %v", spreadsReplicas(kd), spreadsReplicas(cd))
+	}
 	kp, cp := kd.Spec.Template.Spec, cd.Spec.Template.Spec
 	if !equality.Semantic.DeepEqual(kp.SecurityContext, cp.SecurityContext) {
 		t.Errorf("pod security context: config/default %+v, chart %+v", kp.SecurityContext, cp.SecurityContext)

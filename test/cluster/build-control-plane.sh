@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local Kubernetes control plane from source through the Go module proxy into bin/:
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok and kwokctl.
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok and kwokctl, and with
+# WITH_KUBELET=1 the kubelet of the real node (test/cluster/node-up.sh).
 # Each binary is built once and reused; delete bin/ (or one file) to rebuild.
 set -euo pipefail
 
@@ -30,6 +31,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   kube_ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$kube_minor -X $pkg.gitTreeState=clean"
 done
 kube_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+if [ "${WITH_KUBELET:-0}" = 1 ]; then kube_bins+=(kubelet); fi
 need_kube=()
 for b in "${kube_bins[@]}"; do fresh "$b" "$kube_stamp" || need_kube+=("$b"); done
 if [ ${#need_kube[@]} -gt 0 ]; then
@@ -45,18 +47,11 @@ if [ ${#need_kube[@]} -gt 0 ]; then
     echo "require k8s.io/kubernetes $KUBE_VERSION"
     grep -oE 'k8s\.io/[a-z0-9-]+ => \./staging/' "$kmod" | awk -v v="$STAGING_VERSION" '{print "replace " $1 " => " $1 " " v}'
   } >>go.mod
-  cat >tools.go <<'GO'
-//go:build tools
-
-package controlplane
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
+  {
+    printf '//go:build tools\n\npackage controlplane\n\nimport (\n'
+    for b in "${need_kube[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$b"; done
+    printf ')\n'
+  } >tools.go
   go mod tidy -e >/dev/null 2>&1 || true
   go mod download
   for b in "${need_kube[@]}"; do

@@ -102,7 +102,7 @@ wait_for() { # wait_for <description> <command...>
 
 wait_for "kube-apiserver /readyz" kubectl get --raw /readyz
 
-# One fake node, managed by kwok (kwok-controller runs with --manage-all-nodes). No taints, so
+# One fake node, managed by kwok (kwok-controller manages the nodes annotated as fake). No taints, so
 # ordinary pods schedule onto it.
 kubectl apply -f - >&2 <<'EOF'
 apiVersion: v1

@@ -26,13 +26,19 @@ import (
 // returns its kubeconfig path. root is the repository root; env adds up.sh settings
 // ("AUDIT_POLICY=...").
 func StartCluster(root, name string, env ...string) (string, error) {
-	cmd := exec.Command("bash", filepath.Join(root, "test", "cluster", "up.sh"))
+	return startScript(root, "up.sh", name, env)
+}
+
+// startScript runs test/cluster/<script> for the cluster named name and returns the last line it
+// printed, the kubeconfig path.
+func startScript(root, script, name string, env []string) (string, error) {
+	cmd := exec.Command("bash", filepath.Join(root, "test", "cluster", script))
 	cmd.Env = append(append(os.Environ(), "CLUSTER_NAME="+name), env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("test/cluster/up.sh: %w\n%s", err, stderr.String())
+		return "", fmt.Errorf("test/cluster/%s: %w\n%s", script, err, stderr.String())
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	return lines[len(lines)-1], nil
@@ -46,10 +52,15 @@ func ClusterLogs(root, name string) string {
 
 // StopCluster deletes the local kwok cluster named name.
 func StopCluster(root, name string) error {
-	cmd := exec.Command("bash", filepath.Join(root, "test", "cluster", "down.sh"))
+	return stopScript(root, "down.sh", name)
+}
+
+// stopScript runs test/cluster/<script> for the cluster named name.
+func stopScript(root, script, name string) error {
+	cmd := exec.Command("bash", filepath.Join(root, "test", "cluster", script))
 	cmd.Env = append(os.Environ(), "CLUSTER_NAME="+name)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("test/cluster/down.sh: %w\n%s", err, out)
+		return fmt.Errorf("test/cluster/%s: %w\n%s", script, err, out)
 	}
 	return nil
 }

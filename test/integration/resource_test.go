@@ -40,6 +40,29 @@ func serviceAccountWith(ctx context.Context, ns, name, group, resource string, v
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name}}})).To(Succeed())
 }
 
+// serviceAccountToken returns a token of the ServiceAccount namespace/name, made if need be, valid
+// for an hour: what a pod of it is given.
+func serviceAccountToken(ctx context.Context, namespace, name string) string {
+	GinkgoHelper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, sa))).To(Succeed())
+	cs, err := kubernetes.NewForConfig(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	tok, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	return tok.Status.Token
+}
+
+// tokenConfig returns a config for the suite's API server that authenticates with a token of the
+// ServiceAccount namespace/name, as a pod of it does.
+func tokenConfig(ctx context.Context, namespace, name string) *rest.Config {
+	GinkgoHelper()
+	as := rest.AnonymousClientConfig(cfg)
+	as.BearerToken = serviceAccountToken(ctx, namespace, name)
+	return as
+}
+
 // resourcePolicy is a TeardownPolicy in ns protecting CloudNativePG Clusters labelled
 // teardown.dev/final-backup=true, with one resource step written as YAML.
 func resourcePolicy(ns, name, step string) *v1alpha1.TeardownPolicy {
@@ -92,17 +115,8 @@ func backupOf(ns, name string) *unstructured.Unstructured {
 func operatorWithToken(ctx context.Context) {
 	GinkgoHelper()
 	Expect(framework.BindOperatorRole(ctx, k8s, filepath.Join("..", ".."), framework.OperatorNamespace, framework.OperatorName)).To(Succeed())
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: framework.OperatorNamespace, Name: framework.OperatorName}}
-	Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, sa))).To(Succeed())
-	cs, err := kubernetes.NewForConfig(cfg)
-	Expect(err).NotTo(HaveOccurred())
-	tok, err := cs.CoreV1().ServiceAccounts(framework.OperatorNamespace).CreateToken(ctx, framework.OperatorName,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
-	Expect(err).NotTo(HaveOccurred())
-	as := rest.AnonymousClientConfig(cfg)
-	as.BearerToken = tok.Status.Token
 	stopOperator()
-	stopOperator = startOperatorOn(as, func(*engine.Options) {})
+	stopOperator = startOperatorOn(tokenConfig(ctx, framework.OperatorNamespace, framework.OperatorName), func(*engine.Options) {})
 	DeferCleanup(func() {
 		stopOperator()
 		stopOperator = startOperator()

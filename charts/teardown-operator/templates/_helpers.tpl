@@ -20,11 +20,20 @@ name, fullnameOverride the whole.
 {{- end }}
 {{- end }}
 
-{{/* Labels on every object of the chart. */}}
+{{/* Labels on every object of the chart: the operator's pods' labels, and its versions. */}}
 {{- define "teardown-operator.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
-{{ include "teardown-operator.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{ include "teardown-operator.podLabels" . }}
+{{- end }}
+
+{{/*
+Labels on the operator's pods. None comes from the chart's version or appVersion: a change of the
+pod template rolls the Deployment, and upgrading the chart alone must not restart the operator
+(its image, which says which operator runs, is in the template).
+*/}}
+{{- define "teardown-operator.podLabels" -}}
+{{ include "teardown-operator.selectorLabels" . }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: teardown-operator
 {{- with .Values.commonLabels }}
@@ -69,4 +78,19 @@ and Job names must be DNS labels): include "teardown-operator.suffixed" (list . 
 {{- $ctx := index . 0 }}
 {{- $suffix := index . 1 }}
 {{- printf "%s-%s" (include "teardown-operator.fullname" $ctx | trunc (int (sub 62 (len $suffix))) | trimSuffix "-") $suffix }}
+{{- end }}
+
+{{/*
+The pods' affinity: the affinity value and, unless it has a podAntiAffinity of its own, or
+topologySpreadConstraints are given, or spreadReplicas is false, a preference for the replicas on
+different nodes, so that one node going down does not take every replica with it. Preferred, not
+required: a one-node cluster still runs them all, and a rolling update never waits for a free node.
+*/}}
+{{- define "teardown-operator.affinity" -}}
+{{- $affinity := deepCopy .Values.affinity }}
+{{- if and .Values.spreadReplicas (not $affinity.podAntiAffinity) (not .Values.topologySpreadConstraints) }}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "teardown-operator.selectorLabels" . | fromYaml)) }}
+{{- $_ := set $affinity "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) }}
+{{- end }}
+{{- with $affinity }}{{ toYaml . }}{{ end }}
 {{- end }}
