@@ -136,10 +136,11 @@ NODE_PACKAGES := containerd runc containernetworking-plugins iptables iproute2 o
 
 .PHONY: node-deps
 node-deps: ## Install the real node's Debian packages (containerd, runc, CNI plugins, ...) when missing; needs root.
-	@missing=$$(dpkg-query -W -f='$${Status} $${Package}\n' $(NODE_PACKAGES) 2>/dev/null | awk '$$3 == "installed" {print $$4}' | \
-		sort | comm -13 - <(printf '%s\n' $(NODE_PACKAGES) | sort)); \
+	@missing=""; for p in $(NODE_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q ' installed$$' || missing="$$missing $$p"; \
+	done; \
 	if [ -n "$$missing" ]; then \
-		echo "installing" $$missing; \
+		echo "installing$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
