@@ -10,6 +10,8 @@ package metricsauth
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -38,17 +40,25 @@ const (
 	deniedTTL          = 30 * time.Second
 	// maxEntries bounds each cache: clients with many tokens cannot grow the operator's memory.
 	maxEntries = 4096
-	// reviewTimeout bounds the reviews of one request.
-	reviewTimeout = 10 * time.Second
+	// maxReviews bounds the reviews in flight: a flood of made-up tokens costs the API server (and
+	// the operator's own API priority) at most this many requests at a time, and is answered 503.
+	maxReviews = 8
+	// reviewTimeout bounds the reviews of one request, under Prometheus' default scrape timeout
+	// (10s) so that a slow API server shows as a failed scrape, not a hung one.
+	reviewTimeout = 8 * time.Second
 )
 
 // Guard wraps a handler so that only authorized identities reach it.
 type Guard struct {
 	reviewer Reviewer
 	now      func() time.Time
+	reviews  chan struct{} // a slot per review in flight
 	tokens   cache[[sha256.Size]byte, tokenAnswer]
 	verdicts cache[string, bool]
 }
+
+// errBusy is returned when maxReviews reviews are in flight.
+var errBusy = errors.New("too many reviews in flight")
 
 // tokenAnswer is what the API server said of a token.
 type tokenAnswer struct {
@@ -61,7 +71,7 @@ func NewGuard(r Reviewer, now func() time.Time) *Guard {
 	if now == nil {
 		now = time.Now
 	}
-	return &Guard{reviewer: r, now: now}
+	return &Guard{reviewer: r, now: now, reviews: make(chan struct{}, maxReviews)}
 }
 
 // Wrap returns next behind the guard; refusals and review errors are logged to log.
@@ -80,6 +90,10 @@ func (g *Guard) Wrap(log logr.Logger, next http.Handler) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), reviewTimeout)
 		defer cancel()
 		user, ok, err := g.authenticate(ctx, token)
+		if errors.Is(err, errBusy) {
+			busy(w)
+			return
+		}
 		if err != nil {
 			log.Error(err, "cannot authenticate a metrics request", "remote", r.RemoteAddr)
 			http.Error(w, "Internal Server Error: the token could not be reviewed", http.StatusInternalServerError)
@@ -90,17 +104,38 @@ func (g *Guard) Wrap(log logr.Logger, next http.Handler) http.Handler {
 			return
 		}
 		allowed, err := g.authorize(ctx, user, r.URL.Path)
+		if errors.Is(err, errBusy) {
+			busy(w)
+			return
+		}
 		if err != nil {
 			log.Error(err, "cannot authorize a metrics request", "user", user.Username, "remote", r.RemoteAddr)
 			http.Error(w, "Internal Server Error: the request could not be authorized", http.StatusInternalServerError)
 			return
 		}
 		if !allowed {
-			http.Error(w, fmt.Sprintf("Forbidden: %s may not get %s (the ClusterRole teardown-operator-metrics-reader grants it)", user.Username, r.URL.Path), http.StatusForbidden)
+			http.Error(w, fmt.Sprintf("Forbidden: %s may not get %s (the operator's metrics-reader ClusterRole grants it)", user.Username, r.URL.Path), http.StatusForbidden)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// busy answers a request that found every review slot taken.
+func busy(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "1")
+	http.Error(w, "Service Unavailable: too many requests being reviewed", http.StatusServiceUnavailable)
+}
+
+// review runs fn in a review slot, or returns errBusy when none is free.
+func (g *Guard) review(fn func() error) error {
+	select {
+	case g.reviews <- struct{}{}:
+		defer func() { <-g.reviews }()
+		return fn()
+	default:
+		return errBusy
+	}
 }
 
 // bearer is the request's bearer token.
@@ -117,8 +152,11 @@ func (g *Guard) authenticate(ctx context.Context, token string) (authenticationv
 	if a, ok := g.tokens.get(key, now); ok {
 		return a.user, a.authenticated, nil
 	}
-	user, ok, err := g.reviewer.Authenticate(ctx, token)
-	if err != nil {
+	var (
+		user authenticationv1.UserInfo
+		ok   bool
+	)
+	if err := g.review(func() (err error) { user, ok, err = g.reviewer.Authenticate(ctx, token); return err }); err != nil {
 		return user, false, err
 	}
 	ttl := unauthenticatedTTL
@@ -136,8 +174,8 @@ func (g *Guard) authorize(ctx context.Context, user authenticationv1.UserInfo, p
 	if allowed, ok := g.verdicts.get(key, now); ok {
 		return allowed, nil
 	}
-	allowed, err := g.reviewer.Authorize(ctx, user, "get", path)
-	if err != nil {
+	var allowed bool
+	if err := g.review(func() (err error) { allowed, err = g.reviewer.Authorize(ctx, user, "get", path); return err }); err != nil {
 		return false, err
 	}
 	ttl := deniedTTL
@@ -148,9 +186,10 @@ func (g *Guard) authorize(ctx context.Context, user authenticationv1.UserInfo, p
 	return allowed, nil
 }
 
-// identityKey is everything of an identity the authorizer may look at.
+// identityKey is everything of an identity the authorizer may look at, unambiguously.
 func identityKey(u authenticationv1.UserInfo) string {
-	return fmt.Sprintf("%q %q %q %v", u.Username, u.UID, u.Groups, u.Extra)
+	b, _ := json.Marshal(u) // a struct of strings and maps of string slices: never fails
+	return string(b)
 }
 
 // cache is a map whose entries expire, bounded by maxEntries.
@@ -187,8 +226,13 @@ func (c *cache[K, V]) put(k K, v V, now time.Time, ttl time.Duration) {
 				delete(c.entries, key)
 			}
 		}
-		if len(c.entries) >= maxEntries {
-			clear(c.entries) // full of live entries: start over rather than grow
+		// Still full of live entries: drop a quarter, chosen by the map's random order, so that
+		// a flood of new keys cannot also push out every entry in use.
+		for key := range c.entries {
+			if len(c.entries) < maxEntries*3/4 {
+				break
+			}
+			delete(c.entries, key)
 		}
 	}
 	c.entries[k] = entry[V]{value: v, expires: now.Add(ttl)}

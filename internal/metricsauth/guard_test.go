@@ -143,10 +143,58 @@ func TestCacheIsBounded(t *testing.T) {
 			t.Fatalf("%d entries after %d puts, more than %d", len(c.entries), i+1, maxEntries)
 		}
 	}
+	if len(c.entries) < maxEntries/2 {
+		t.Errorf("%d entries left: a full cache drops a quarter, not everything", len(c.entries))
+	}
 	if _, ok := c.get(3*maxEntries-1, now); !ok {
 		t.Error("the last entry put is not kept")
 	}
 	if _, ok := c.get(3*maxEntries-1, now.Add(time.Minute)); ok {
 		t.Error("an entry is kept past its time")
+	}
+}
+
+// blocking is a Reviewer whose reviews wait until released.
+type blocking struct{ release chan struct{} }
+
+func (b blocking) Authenticate(context.Context, string) (authenticationv1.UserInfo, bool, error) {
+	<-b.release
+	return authenticationv1.UserInfo{}, false, nil
+}
+
+func (b blocking) Authorize(context.Context, authenticationv1.UserInfo, string, string) (bool, error) {
+	return false, nil
+}
+
+func TestGuardBoundsReviewsInFlight(t *testing.T) {
+	b := blocking{release: make(chan struct{})}
+	g := NewGuard(b, nil)
+	h := g.Wrap(logr.Discard(), http.NotFoundHandler())
+	done := make(chan int, maxReviews)
+	for i := 0; i < maxReviews; i++ {
+		go func() { done <- request(h, "GET", "Bearer made-up-"+strings.Repeat("x", i)).Code }()
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(g.reviews) < maxReviews; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reviews in flight after 5s, want %d", len(g.reviews), maxReviews)
+		}
+	}
+	w := request(h, "GET", "Bearer one-more")
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Errorf("with %d reviews in flight another request got %d (Retry-After %q), want 503 with Retry-After", maxReviews, w.Code, w.Header().Get("Retry-After"))
+	}
+	close(b.release)
+	for i := 0; i < maxReviews; i++ {
+		if code := <-done; code != http.StatusUnauthorized {
+			t.Errorf("a review in flight ended %d, want 401", code)
+		}
+	}
+}
+
+func TestIdentityKeyIsUnambiguous(t *testing.T) {
+	a := authenticationv1.UserInfo{Username: "u", Extra: map[string]authenticationv1.ExtraValue{"k": {"a b"}}}
+	b := authenticationv1.UserInfo{Username: "u", Extra: map[string]authenticationv1.ExtraValue{"k": {"a", "b"}}}
+	if identityKey(a) == identityKey(b) {
+		t.Errorf("two identities share the key %s", identityKey(a))
 	}
 }

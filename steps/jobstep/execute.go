@@ -137,6 +137,11 @@ func (a *action) decide(ctx context.Context, in *steps.Input, st state, job *bat
 			break
 		}
 		ok, err := a.success.EvalBool(ctx, in.Vars.With(VarJob, obj))
+		// Only Complete is final: at SuccessCriteriaMet the succeeded pods may not be counted
+		// yet (status.succeeded absent), so a false or failing condition waits for Complete.
+		if complete != nil && complete.Type != batchv1.JobComplete {
+			complete = nil
+		}
 		switch {
 		case err == nil && ok:
 			res = steps.Done("Job %s: successCondition holds (%s)", ref, summary(job))
@@ -180,10 +185,10 @@ func (a *action) Settled(ctx context.Context, in *steps.Input, deadline time.Tim
 // outcome returns the condition that decides the step: complete or failed, at most one of them
 // set, both nil while the Job runs. The Job controller sets Complete and Failed only once every
 // pod has terminated, which takes a pod's termination grace period (30s unless set) after the
-// Job's deadline; it sets SuccessCriteriaMet and FailureTarget as soon as it decides. While pods
-// are still stopping those decide the step, so that it ends at the Job's deadline, with its
-// reason, and not at the step's own a grace period later; once none is, Complete or Failed follow
-// at once, with the pods counted.
+// Job's deadline, but SuccessCriteriaMet and FailureTarget as soon as it decides. While pods are
+// still stopping, those decide the step: it ends at the Job's deadline, with the Job's reason,
+// rather than a grace period later at its own. Once no pod is left, Complete or Failed follow at
+// once, with the pods counted, and the step waits for them.
 func outcome(job *batchv1.Job) (complete, failed *batchv1.JobCondition) {
 	complete, failed = decision(job)
 	final := (complete != nil && complete.Type == batchv1.JobComplete) || (failed != nil && failed.Type == batchv1.JobFailed)
@@ -213,17 +218,20 @@ func stopping(job *batchv1.Job) bool {
 	return job.Status.Active > 0 || (job.Status.Terminating != nil && *job.Status.Terminating > 0)
 }
 
-// finishTime is when the Job's outcome was decided; zero while it runs. A Job decided is let go
-// with its TTL, not deleted as running (let), even while its pods are still stopping.
+// finishTime is when the Job's outcome was decided (FailureTarget or SuccessCriteriaMet, which
+// precede Failed and Complete by the pods' termination), zero while it runs. A Job decided is let
+// go with its TTL, not deleted as running (let), even while its pods are still stopping.
 func finishTime(job *batchv1.Job) time.Time {
-	complete, failed := decision(job)
-	switch {
-	case failed != nil:
-		return failed.LastTransitionTime.Time
-	case complete != nil && complete.Type == batchv1.JobComplete && job.Status.CompletionTime != nil:
-		return job.Status.CompletionTime.Time
-	case complete != nil:
-		return complete.LastTransitionTime.Time
+	for _, t := range []batchv1.JobConditionType{batchv1.JobFailureTarget, batchv1.JobFailed, batchv1.JobSuccessCriteriaMet} {
+		if c := condition(job, t); c != nil {
+			return c.LastTransitionTime.Time
+		}
+	}
+	if c := condition(job, batchv1.JobComplete); c != nil {
+		if job.Status.CompletionTime != nil {
+			return job.Status.CompletionTime.Time
+		}
+		return c.LastTransitionTime.Time
 	}
 	return time.Time{}
 }

@@ -1303,9 +1303,11 @@ func TestOutcome(t *testing.T) {
 		{name: "running", want: "", finished: -1},
 		{name: "failure decided, pods still terminating", conditions: []batchv1.JobCondition{cond(batchv1.JobFailureTarget, "DeadlineExceeded", 7)}, stopping: true, want: "failed DeadlineExceeded", finished: 7},
 		{name: "failure decided, no pod left: Failed follows", conditions: []batchv1.JobCondition{cond(batchv1.JobFailureTarget, "BackoffLimitExceeded", 7)}, want: "", finished: 7},
-		{name: "failed", conditions: []batchv1.JobCondition{cond(batchv1.JobFailureTarget, "DeadlineExceeded", 7), cond(batchv1.JobFailed, "DeadlineExceeded", 37)}, want: "failed DeadlineExceeded", finished: 37},
+		{name: "failed: decided when the failure was", conditions: []batchv1.JobCondition{cond(batchv1.JobFailureTarget, "DeadlineExceeded", 7), cond(batchv1.JobFailed, "DeadlineExceeded", 37)}, want: "failed DeadlineExceeded", finished: 7},
+		{name: "failed without a FailureTarget", conditions: []batchv1.JobCondition{cond(batchv1.JobFailed, "BackoffLimitExceeded", 37)}, want: "failed BackoffLimitExceeded", finished: 37},
 		{name: "success decided, pods still terminating", conditions: []batchv1.JobCondition{cond(batchv1.JobSuccessCriteriaMet, "SuccessPolicy", 5)}, stopping: true, want: "complete SuccessPolicy", finished: 5},
-		{name: "complete, at its completion time", conditions: []batchv1.JobCondition{cond(batchv1.JobSuccessCriteriaMet, "", 5), cond(batchv1.JobComplete, "", 9)}, completion: ptr.To(at(8)), want: "complete ", finished: 8},
+		{name: "complete after a success policy: decided when it was met", conditions: []batchv1.JobCondition{cond(batchv1.JobSuccessCriteriaMet, "", 5), cond(batchv1.JobComplete, "", 9)}, completion: ptr.To(at(8)), want: "complete ", finished: 5},
+		{name: "complete, at its completion time", conditions: []batchv1.JobCondition{cond(batchv1.JobComplete, "", 9)}, completion: ptr.To(at(8)), want: "complete ", finished: 8},
 		{name: "complete without a completion time", conditions: []batchv1.JobCondition{cond(batchv1.JobComplete, "", 9)}, want: "complete ", finished: 9},
 	}
 	for _, tt := range tests {
@@ -1333,6 +1335,39 @@ func TestOutcome(t *testing.T) {
 			}
 			if f := finishTime(job); !f.Equal(want) {
 				t.Errorf("finishTime = %v, want %v", f, want)
+			}
+		})
+	}
+}
+
+func TestDecideSuccessConditionWaitsForComplete(t *testing.T) {
+	a := compileAction(t, true, v1alpha1.JobStep{SuccessCondition: "job.status.succeeded >= 1"}, validSpec)
+	met := batchv1.JobCondition{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue}
+	complete := batchv1.JobCondition{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}
+	tests := []struct {
+		name    string
+		status  batchv1.JobStatus
+		waits   bool
+		outcome steps.Outcome
+		message string
+	}{
+		{name: "met, pods stopping, the succeeded pod not counted yet: waits", status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{met}, Terminating: ptr.To[int32](1)}, waits: true},
+		{name: "met, pods stopping, counted: succeeds", status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{met}, Terminating: ptr.To[int32](1), Succeeded: 1}, outcome: steps.Succeeded, message: "successCondition holds"},
+		{name: "complete, not counted: fails", status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{met, complete}}, outcome: steps.Failed, message: "cannot be evaluated"},
+		{name: "complete and counted: succeeds", status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{met, complete}, Succeeded: 1}, outcome: steps.Succeeded, message: "successCondition holds"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "j"}, Status: tt.status}
+			res := a.decide(context.Background(), testInput(policyNS, policyNS), state{}, job)
+			switch {
+			case tt.waits && res != nil:
+				t.Errorf("decide = %v %q, want to wait", res.Outcome, res.Message)
+			case tt.waits:
+			case res == nil:
+				t.Errorf("decide waits, want %v %q", tt.outcome, tt.message)
+			case res.Outcome != tt.outcome || !strings.Contains(res.Message, tt.message):
+				t.Errorf("decide = %v %q, want %v %q", res.Outcome, res.Message, tt.outcome, tt.message)
 			}
 		})
 	}

@@ -9,7 +9,6 @@ setup_network() {
   local server port
   server=$(sed -n 's/^ *server: *//p' "$kubeconfig" | head -1)
   port=${server##*:}
-  [ -f "$NODE_RUN/ip_forward" ] || cat /proc/sys/net/ipv4/ip_forward >"$NODE_RUN/ip_forward"
   if ! ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
     ip link add "$NODE_BRIDGE" type bridge
     ip addr add "$NODE_GATEWAY/${NODE_SUBNET#*/}" dev "$NODE_BRIDGE"
@@ -79,7 +78,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     conf_dir = "$NODE_ROOT/cni"
 TOML
   node_log "starting containerd (log $NODE_LOGS/containerd.log)"
-  setsid containerd --config "$NODE_ROOT/containerd.toml" </dev/null >"$NODE_LOGS/containerd.log" 2>&1 3>&- &
+  setsid containerd --config "$NODE_ROOT/containerd.toml" </dev/null >"$NODE_LOGS/containerd.log" 2>&1 3>&- 9<&- &
   echo $! >"$NODE_RUN/containerd.pid"
   local i
   for i in $(seq 1 100); do

@@ -73,20 +73,25 @@ YAML
 }
 
 # start_kubelet starts the kubelet under the cgroup root it is given, created in every hierarchy.
+# A kubelet already running keeps running unless its credentials changed (up.sh recreated the
+# cluster, with a new CA and port).
 start_kubelet() {
-  if pid_alive "$NODE_RUN/kubelet.pid" kubelet; then
-    return
-  fi
+  local before
+  before=$({ cat "$NODE_ROOT/kubelet.kubeconfig" "$NODE_ROOT/pki/kubelet.crt" 2>/dev/null || true; } | sha256sum)
   kubelet_credentials
   kubelet_config
+  if pid_alive "$NODE_RUN/kubelet.pid" kubelet; then
+    [ "$before" = "$(cat "$NODE_ROOT/kubelet.kubeconfig" "$NODE_ROOT/pki/kubelet.crt" | sha256sum)" ] && return
+    node_log "the cluster changed: restarting the kubelet"
+    stop_pid "$NODE_RUN/kubelet.pid" kubelet
+  fi
   local d
   for d in $(cgroup_dirs); do mkdir -p "$d"; done
   mkdir -p "$NODE_ROOT/kubelet" "$NODE_ROOT/pod-logs"
-  [ -e /var/log/containers ] || touch "$NODE_RUN/made-var-log-containers" # the kubelet's fixed path
   node_log "starting the kubelet as node $NODE_NAME (log $NODE_LOGS/kubelet.log)"
   setsid "$BIN_DIR/kubelet" --config "$NODE_ROOT/kubelet.yaml" --kubeconfig "$NODE_ROOT/kubelet.kubeconfig" \
     --hostname-override "$NODE_NAME" --root-dir "$NODE_ROOT/kubelet" --cert-dir "$NODE_ROOT/kubelet/pki" \
-    --node-labels teardown.dev/real-node=true --v 2 </dev/null >"$NODE_LOGS/kubelet.log" 2>&1 3>&- &
+    --node-labels teardown.dev/real-node=true --v 2 </dev/null >"$NODE_LOGS/kubelet.log" 2>&1 3>&- 9<&- &
   echo $! >"$NODE_RUN/kubelet.pid"
   sleep 1
   if grep -q "strict decoding error" "$NODE_LOGS/kubelet.log"; then

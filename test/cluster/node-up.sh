@@ -37,19 +37,21 @@ die() {
 }
 
 [ "$(id -u)" = 0 ] || die "the real node needs root (containerd, the kubelet, a bridge, iptables)"
-for b in containerd ctr runc iptables ip openssl; do
+for b in containerd ctr runc iptables ip6tables ip openssl flock; do
   command -v "$b" >/dev/null || die "$b missing: apt-get install containerd runc containernetworking-plugins iptables iproute2 openssl (make node-deps)"
 done
 [ -x /usr/lib/cni/bridge ] || die "/usr/lib/cni/bridge missing: apt-get install containernetworking-plugins"
 [ -x "$BIN_DIR/kubelet" ] || die "$BIN_DIR/kubelet missing: WITH_KUBELET=1 test/cluster/build-control-plane.sh (make node-bins)"
 [ -f "$BIN_DIR/node-images/pause.tar" ] || die "$BIN_DIR/node-images/pause.tar missing: go run ./hack/nodeimages (make node-images)"
 
+lock_node
 mkdir -p "$NODE_ROOT" "$NODE_RUN" "$NODE_LOGS"
 owner=$(cat "$NODE_RUN/cluster" 2>/dev/null || true)
 if [ -n "$owner" ] && [ "$owner" != "$CLUSTER_NAME" ]; then
   die "the real node of cluster $owner runs on this host; CLUSTER_NAME=$owner test/cluster/node-down.sh first"
 fi
 printf '%s\n' "$CLUSTER_NAME" >"$NODE_RUN/cluster"
+record_host
 
 kubeconfig=$("$here/up.sh") || die "the kwok cluster did not start"
 cluster_dir=$KWOK_WORKDIR/clusters/$CLUSTER_NAME

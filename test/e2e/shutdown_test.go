@@ -50,7 +50,9 @@ var _ = Describe("Operator shutdown", Serial, func() {
 		i := strings.LastIndex(log, "Stopping and waiting for non leader election runnables")
 		Expect(i).To(BeNumerically(">=", 0), "the operator logged its stop")
 		stop := log[i:]
-		Expect(stop).To(ContainSubstring("released the leader election lease on shutdown"))
+		// controller-runtime reports the released lease as "leader election lost" only when its
+		// stop sequence is still draining errors then (a race): when it does, it must be logged as
+		// the release it is, never as an error.
 		Expect(stop).NotTo(ContainSubstring(`"level":"error"`))
 		lease := &coordinationv1.Lease{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: runNamespace, Name: v1alpha1.LeaderElectionLease}, lease)).To(Succeed())

@@ -3,8 +3,11 @@ package realnode
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -110,3 +113,86 @@ func auditEvents(keep func(auditEvent) bool) []auditEvent {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// hostState is what a real node may change on the host and must put back: the kernel settings
+// the kubelet sets, the kubelet's iptables chains, and host paths the kubelet and CNI use.
+type hostState struct {
+	sysctls map[string]string
+	chains  []string
+	paths   []string
+}
+
+// readHost reads the host's state.
+func readHost() hostState {
+	h := hostState{sysctls: map[string]string{}}
+	for _, k := range []string{"kernel.panic_on_oops", "kernel.panic", "vm.overcommit_memory", "vm.panic_on_oom", "net.ipv4.ip_forward"} {
+		raw, err := os.ReadFile("/proc/sys/" + strings.ReplaceAll(k, ".", "/"))
+		Expect(err).NotTo(HaveOccurred())
+		h.sysctls[k] = strings.TrimSpace(string(raw))
+	}
+	for _, fam := range []string{"iptables", "ip6tables"} {
+		for _, table := range []string{"filter", "nat", "mangle"} {
+			out, _ := exec.Command(fam, "-t", table, "-S").Output()
+			for _, line := range strings.Split(string(out), "\n") {
+				if f := strings.Fields(line); len(f) == 2 && f[0] == "-N" && (strings.HasPrefix(f[1], "KUBE-") || f[1] == "TEARDOWN-NODE") {
+					h.chains = append(h.chains, fam+" "+table+" "+f[1])
+				}
+			}
+		}
+	}
+	for _, p := range []string{"/var/lib/kubelet", "/var/lib/cni", "/var/log/containers", "/var/log/pods"} {
+		if _, err := os.Stat(p); err == nil {
+			h.paths = append(h.paths, p)
+		}
+	}
+	return h
+}
+
+// nodeLeftovers lists what of the real node is left on the host, against the host as it was
+// before: its bridge, its state directories and mounts, its cgroups, its processes, and any
+// change of hostState (see test/cluster/node-lib.sh).
+func nodeLeftovers(before hostState) []string {
+	var left []string
+	after := readHost()
+	for k, v := range before.sysctls {
+		if after.sysctls[k] != v {
+			left = append(left, fmt.Sprintf("sysctl %s=%s (was %s)", k, after.sysctls[k], v))
+		}
+	}
+	for _, c := range after.chains {
+		if !slices.Contains(before.chains, c) {
+			left = append(left, "chain "+c)
+		}
+	}
+	for _, p := range after.paths {
+		if !slices.Contains(before.paths, p) {
+			left = append(left, "path "+p)
+		}
+	}
+	if _, err := os.Stat("/sys/class/net/tdnode0"); err == nil {
+		left = append(left, "bridge tdnode0")
+	}
+	for _, dir := range []string{"/var/lib/teardown-node", "/run/teardown-node"} {
+		if _, err := os.Stat(dir); err == nil {
+			left = append(left, "directory "+dir)
+		}
+		if mounts, err := os.ReadFile("/proc/self/mounts"); err == nil && strings.Contains(string(mounts), " "+dir) {
+			left = append(left, "mounts under "+dir)
+		}
+	}
+	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/teardown-node")
+	if _, err := os.Stat("/sys/fs/cgroup/teardown-node"); err == nil {
+		cgroups = append(cgroups, "/sys/fs/cgroup/teardown-node")
+	}
+	for _, cg := range cgroups {
+		left = append(left, "cgroup "+cg)
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		cmd, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmd), "teardown-node") && !strings.Contains(string(cmd), "kwok") {
+			left = append(left, "process "+p.Name()+": "+strings.ReplaceAll(string(cmd), "\x00", " "))
+		}
+	}
+	return left
+}

@@ -40,6 +40,8 @@ var (
 	clientset  kubernetes.Interface
 	probe      framework.Probe
 	failed     bool
+	// hostBefore is the host before the suite's node: node-down must leave it so.
+	hostBefore hostState
 )
 
 func TestRealNode(t *testing.T) {
@@ -49,10 +51,19 @@ func TestRealNode(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	version := appVersion()
-	By("removing what a failed earlier run may have left, then starting the cluster with a real node")
+	By("removing what a failed earlier run may have left")
 	Expect(framework.StopRealNode(root)).To(Succeed())
+	hostBefore = readHost()
+
+	By("a node-up that fails half way (an image that is not there), then node-down: nothing is left")
+	_, err := framework.StartRealNode(root, "NODE_IMAGES=/nonexistent/image.tar")
+	Expect(err).To(MatchError(ContainSubstring("image tarball /nonexistent/image.tar: no such file")))
+	Expect(nodeLeftovers(hostBefore)).To(ContainElements("bridge tdnode0", "chain iptables nat TEARDOWN-NODE", "directory /run/teardown-node"))
+	Expect(framework.StopRealNode(root)).To(Succeed())
+	Expect(nodeLeftovers(hostBefore)).To(BeEmpty())
+
+	By("starting the cluster with a real node")
 	// The operator image is also named as the registry of docs/operating.md's install command.
-	var err error
 	kubeconfig, err = framework.StartRealNode(root,
 		"AUDIT_POLICY="+must(filepath.Abs("audit-policy.yaml")),
 		fmt.Sprintf("NODE_IMAGE_ALIASES=ghcr.io/teardown-dev/teardown-operator:%s=registry.example.com/teardown-operator:%s", version, version))
@@ -82,6 +93,7 @@ var _ = AfterSuite(func() {
 		return
 	}
 	Expect(framework.StopRealNode(root)).To(Succeed())
+	Expect(nodeLeftovers(hostBefore)).To(BeEmpty(), "node-down removes everything the node added to the host")
 })
 
 // appVersion is the chart's appVersion, the tag make image gives the operator image.

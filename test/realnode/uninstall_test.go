@@ -46,6 +46,7 @@ func uninstallAsDocumented(ctx SpecContext) {
 
 	By("the hook's drain ran in its container, as the operator's ServiceAccount")
 	writes := hookWrites()
+	Expect(writes).NotTo(BeEmpty(), "writes by the operator's ServiceAccount with kubectl-teardown from a pod of the bridge")
 	var what []string
 	for _, ev := range writes {
 		what = append(what, ev.Verb+" "+ev.ObjectRef.Resource+"/"+ev.ObjectRef.Subresource+" "+ev.ObjectRef.Namespace+"/"+ev.ObjectRef.Name)
