@@ -50,6 +50,7 @@ func TestRealNode(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
+	failed = true // until the suite's cluster is up: AfterSuite then shows what went wrong
 	version := appVersion()
 	By("removing what a failed earlier run may have left")
 	Expect(framework.StopRealNode(root)).To(Succeed())
@@ -75,6 +76,7 @@ var _ = BeforeSuite(func() {
 	clientset, err = kubernetes.NewForConfig(cfg)
 	Expect(err).NotTo(HaveOccurred())
 	probe = framework.Probe{Client: k8s}
+	failed = false
 })
 
 var _ = ReportAfterEach(func(r SpecReport) {
