@@ -69,8 +69,11 @@ func installAsDocumented(ctx SpecContext) {
 	By("waiting for both replicas to be Ready: the kubelet runs their readiness probes")
 	Eventually(readyPods(ctx), 120*time.Second, time.Second).Should(HaveLen(2))
 	dep := &appsv1.Deployment{}
-	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: release}, dep)).To(Succeed())
-	Expect(dep.Status.ReadyReplicas).To(Equal(int32(2)))
+	// The Deployment controller counts the Ready pods a moment after the kubelet reports them.
+	Eventually(func() (int32, error) {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: release}, dep)
+		return dep.Status.ReadyReplicas, err
+	}, 30*time.Second).Should(Equal(int32(2)))
 	c := dep.Spec.Template.Spec.Containers[0]
 	Expect(c.Image).To(HavePrefix("registry.example.com/teardown-operator:"))
 	Expect(c.ReadinessProbe).NotTo(BeNil())
