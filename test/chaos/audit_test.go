@@ -1,12 +1,8 @@
 package chaos
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -63,18 +59,11 @@ func (ev *auditEvent) records(step string) bool {
 // readAudit calls fn with every complete audit event of the suite's cluster.
 func readAudit(fn func(ev *auditEvent)) {
 	GinkgoHelper()
-	f, err := os.Open(filepath.Join(framework.ClusterLogs(root, clusterName), "audit.log"))
-	Expect(err).NotTo(HaveOccurred())
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var ev auditEvent
-		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Stage == "ResponseComplete" {
-			fn(&ev)
+	Expect(framework.ReadAudit(root, clusterName, 1<<20, func(ev *auditEvent) {
+		if ev.Stage == "ResponseComplete" {
+			fn(ev)
 		}
-	}
-	Expect(sc.Err()).NotTo(HaveOccurred())
+	})).To(Succeed())
 }
 
 // acknowledged reports whether the API server accepted the request.

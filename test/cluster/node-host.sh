@@ -6,9 +6,7 @@
 # loopback, at the `kubernetes` Service address (there is no kube-proxy): a DNAT from
 # $API_SERVICE_IP:443 on the bridge to the API server's port, allowed to loopback by route_localnet.
 setup_network() {
-  local server port
-  server=$(sed -n 's/^ *server: *//p' "$kubeconfig" | head -1)
-  port=${server##*:}
+  local port=${api_server##*:}
   if ! ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
     ip link add "$NODE_BRIDGE" type bridge
     ip addr add "$NODE_GATEWAY/${NODE_SUBNET#*/}" dev "$NODE_BRIDGE"

@@ -4,7 +4,7 @@
 # kubelet_credentials signs the kubelet's client certificate (system:node:localhost in
 # system:nodes, so the Node authorizer admits it) with the cluster's CA and writes its kubeconfig.
 kubelet_credentials() {
-  local pki=$NODE_ROOT/pki server
+  local pki=$NODE_ROOT/pki
   mkdir -p "$pki"
   if [ ! -f "$pki/kubelet.crt" ] || ! openssl verify -CAfile "$cluster_dir/pki/ca.crt" "$pki/kubelet.crt" >/dev/null 2>&1; then
     openssl req -new -newkey rsa:2048 -nodes -keyout "$pki/kubelet.key" -out "$pki/kubelet.csr" \
@@ -12,14 +12,13 @@ kubelet_credentials() {
     openssl x509 -req -in "$pki/kubelet.csr" -CA "$cluster_dir/pki/ca.crt" -CAkey "$cluster_dir/pki/ca.key" \
       -CAcreateserial -out "$pki/kubelet.crt" -days 30 2>/dev/null
   fi
-  server=$(sed -n 's/^ *server: *//p' "$kubeconfig" | head -1)
   cat >"$NODE_ROOT/kubelet.kubeconfig" <<YAML
 apiVersion: v1
 kind: Config
 clusters:
 - name: local
   cluster:
-    server: $server
+    server: $api_server
     certificate-authority: $cluster_dir/pki/ca.crt
 users:
 - name: kubelet

@@ -54,6 +54,7 @@ printf '%s\n' "$CLUSTER_NAME" >"$NODE_RUN/cluster"
 record_host
 
 kubeconfig=$("$here/up.sh") || die "the kwok cluster did not start"
+api_server=$(sed -n 's/^ *server: *//p' "$kubeconfig" | head -1) # https://127.0.0.1:PORT
 cluster_dir=$KWOK_WORKDIR/clusters/$CLUSTER_NAME
 kubectl() { "$BIN_DIR/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 start=$(date +%s)

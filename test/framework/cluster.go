@@ -1,7 +1,9 @@
 package framework
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -169,4 +171,24 @@ func installManifests(ctx context.Context, c client.Client, path string) error {
 		}
 	}
 	return nil
+}
+
+// ReadAudit decodes each line of the audit log of the local kwok cluster named name (started with
+// an audit policy) into a fresh T and calls fn with it; lines that are not JSON are skipped. maxLine
+// bounds a line: an event carrying a request body is long.
+func ReadAudit[T any](root, name string, maxLine int, fn func(*T)) error {
+	f, err := os.Open(filepath.Join(ClusterLogs(root, name), "audit.log"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), maxLine)
+	for sc.Scan() {
+		var ev T
+		if json.Unmarshal(sc.Bytes(), &ev) == nil {
+			fn(&ev)
+		}
+	}
+	return sc.Err()
 }

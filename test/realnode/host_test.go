@@ -2,7 +2,6 @@ package realnode
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -97,18 +96,12 @@ type auditEvent struct {
 
 // auditEvents returns the audit log's events for which keep is true.
 func auditEvents(keep func(auditEvent) bool) []auditEvent {
-	f, err := os.Open(filepath.Join(framework.ClusterLogs(root, framework.RealNodeCluster), "audit.log"))
-	Expect(err).NotTo(HaveOccurred())
-	defer f.Close()
 	var out []auditEvent
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 1<<20), 16<<20)
-	for s.Scan() {
-		var ev auditEvent
-		if json.Unmarshal(s.Bytes(), &ev) == nil && keep(ev) {
-			out = append(out, ev)
+	Expect(framework.ReadAudit(root, framework.RealNodeCluster, 16<<20, func(ev *auditEvent) {
+		if keep(*ev) {
+			out = append(out, *ev)
 		}
-	}
+	})).To(Succeed())
 	return out
 }
 

@@ -1,9 +1,7 @@
 package realnode
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
+	"context"
 	"strings"
 	"time"
 
@@ -23,9 +21,7 @@ func servesMetricsSecurely(ctx SpecContext) {
 		Expect(err).NotTo(HaveOccurred(), out)
 	}
 	By("running in the background: " + cmds[2])
-	pf := exec.Command("bash", "-c", "exec "+strings.TrimSuffix(cmds[2], "&"))
-	pf.Dir = root
-	pf.Env = append(os.Environ(), "PATH="+must(filepath.Abs(filepath.Join(root, "bin")))+":"+os.Getenv("PATH"), "KUBECONFIG="+kubeconfig)
+	pf := shellCommand(context.Background(), "exec "+strings.TrimSuffix(cmds[2], "&"))
 	var pfOut framework.SyncBuffer
 	pf.Stdout, pf.Stderr = &pfOut, &pfOut
 	Expect(pf.Start()).To(Succeed())

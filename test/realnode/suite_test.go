@@ -110,12 +110,17 @@ func appVersion() string {
 // shell runs script with bash in the repository root, bin/ first on PATH (kubectl, helm) and
 // KUBECONFIG set, as a user following the docs would, and returns its combined output.
 func shell(ctx context.Context, script string) (string, error) {
+	out, err := shellCommand(ctx, script).CombinedOutput()
+	return string(out), err
+}
+
+// shellCommand is the command shell runs, for one to run in the background.
+func shellCommand(ctx context.Context, script string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
 	cmd.Dir = root
 	bin := must(filepath.Abs(filepath.Join(root, "bin")))
 	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "KUBECONFIG="+kubeconfig)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return cmd
 }
 
 // docCommands returns the commands of the first sh block after heading in docs/operating.md,
