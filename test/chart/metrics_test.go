@@ -204,31 +204,62 @@ func (m operatorMetrics) addControllerRuntime() error {
 	started := make(chan error, 1)
 	go func() { started <- c.Start(ctx) }()
 	defer func() { cancel(); <-started }()
+	var gathered []string
 	for {
 		families, err := ctrlmetrics.Registry.Gather()
 		if err != nil {
 			return err
 		}
-		reconciled := false
+		gathered = gathered[:0]
 		for _, f := range families {
-			kind := single
-			if f.GetType() == dto.MetricType_HISTOGRAM {
-				kind = histogram
-			}
-			m[f.GetName()] = kind
-			if f.GetName() == "controller_runtime_reconcile_time_seconds" {
-				reconciled = true
-			}
+			gathered = append(gathered, f.GetName())
 		}
-		if reconciled {
+		if probeReconciled(families) {
+			for _, f := range families {
+				kind := single
+				if f.GetType() == dto.MetricType_HISTOGRAM {
+					kind = histogram
+				}
+				m[f.GetName()] = kind
+			}
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return errors.New("the probe controller did not reconcile")
+			return fmt.Errorf("the probe controller did not reconcile in 30s; the registry had %v", gathered)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// probeReconciled says whether the families show the probe controller's reconcile done: its
+// success counted and its time observed. Both are required of the probe's own series, not of the
+// families alone, so that a series left by anything else in the process cannot end the wait early.
+func probeReconciled(families []*dto.MetricFamily) bool {
+	var counted, timed bool
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			if !hasLabel(s, "controller", "monitoring-test") {
+				continue
+			}
+			switch f.GetName() {
+			case "controller_runtime_reconcile_total":
+				counted = counted || hasLabel(s, "result", "success") && s.GetCounter().GetValue() > 0
+			case "controller_runtime_reconcile_time_seconds":
+				timed = timed || s.GetHistogram().GetSampleCount() > 0
+			}
+		}
+	}
+	return counted && timed
+}
+
+func hasLabel(s *dto.Metric, name, value string) bool {
+	for _, l := range s.GetLabel() {
+		if l.GetName() == name && l.GetValue() == value {
+			return true
+		}
+	}
+	return false
 }
 
 // check says whether the operator serves a series of this name.
