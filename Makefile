@@ -168,10 +168,13 @@ lint: $(STATICCHECK) ## gofmt, go vet and staticcheck.
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+	$(GO) vet -tags faultinject ./internal/faultinject/... ./cmd/... ./steps/httpstep/...
+	$(STATICCHECK) -tags faultinject ./internal/faultinject/...
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no API server).
 	$(GO) test ./api/... ./internal/... ./engine/... ./steps/... ./cli/... ./cmd/... ./test/docs/...
+	$(GO) test -tags faultinject ./internal/faultinject/...
 
 .PHONY: test-integration
 test-integration: control-plane $(GINKGO) ## Integration suites against a real API server (envtest).
@@ -191,14 +194,14 @@ test-chart: control-plane $(HELM) ## The Helm chart: helm lint, helm template wi
 
 # The small sizes make test runs; make chaos and make soak run the sizes docs/reliability.md reports.
 CHAOS_SMALL = CHAOS_OBJECTS=30 CHAOS_KILLS=3 CHAOS_FAILOVER_OBJECTS=20 CHAOS_FAILOVER_KILLS=2 \
-	CHAOS_PAUSE_OBJECTS=20 CHAOS_CONTROL_PLANE_OBJECTS=45 SOAK_DURATION=60s
+	CHAOS_PAUSE_OBJECTS=20 CHAOS_CONTROL_PLANE_OBJECTS=45 SOAK_DURATION=60s CRASHPOINT_SAMPLE=3 WATCHFAULT_PLANS=4
 
 .PHONY: test-chaos
-test-chaos: control-plane $(GINKGO) ## The chaos and soak suite, small: SIGKILLs, failover, a paused leader, API server and etcd faults, 60s of churn.
+test-chaos: control-plane $(GINKGO) ## The chaos and soak suite, small: SIGKILLs, failover, a paused leader, API server and etcd faults, 3 crash points a trigger (CRASHPOINT_SEED), 4 watch-fault plans (WATCHFAULT_SEED), an unsafe deletion, 60s of churn.
 	$(CHAOS_SMALL) $(GINKGO) -v --timeout=20m ./test/chaos
 
 .PHONY: chaos
-chaos: control-plane $(GINKGO) ## The chaos suite at full size (200 objects and 20 SIGKILLs, 10 failovers, ...); figures in docs/reliability.md.
+chaos: control-plane $(GINKGO) ## The chaos suite at full size (200 objects and 20 SIGKILLs, 10 failovers, every crash point, 30 watch-fault plans, ...); figures in docs/reliability.md.
 	$(GINKGO) -v --timeout=60m --skip=Soak ./test/chaos
 
 .PHONY: soak

@@ -23,6 +23,7 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine"
+	"github.com/teardown-dev/teardown-operator/internal/faultinject"
 	"github.com/teardown-dev/teardown-operator/steps/builtin"
 	"github.com/teardown-dev/teardown-operator/steps/httpstep"
 
@@ -101,6 +102,9 @@ func run() error {
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), o.burst
 	cfg.UserAgent = "teardown-operator"
+	if err := faultinject.Install(cfg); err != nil { // only in a build for the fault suite (tag faultinject)
+		return err
+	}
 	httpOpts, err := httpOptions(o.httpAllowed, o.httpInFlight, cfg.Host)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
+	"github.com/teardown-dev/teardown-operator/internal/faultinject"
 )
 
 // maxClients bounds the cached clients (one per destination rule, redirect rule and TLS
@@ -108,6 +109,7 @@ func (c *clientCache) newClient(restricted, follow bool, tlsConfig *tls.Config) 
 	if c.scripted != nil {
 		rt = c.scripted
 	}
+	rt = faultinject.HTTP(rt) // only in a build for the fault suite (tag faultinject)
 	hc := &http.Client{
 		Transport: rt,
 		// No cookie jar: nothing is carried from one request to another.

@@ -52,10 +52,17 @@ func startOperatorAs(user string, extra ...string) *operator {
 var started atomic.Int32
 
 func startOperatorWith(kubeconfig string, extra ...string) *operator {
+	return launch(operatorBin, nil, kubeconfig, extra...)
+}
+
+// launch starts bin (the operator, or its build with crash points) with env added to the suite's
+// environment.
+func launch(bin string, env []string, kubeconfig string, extra ...string) *operator {
 	// Plain HTTP metrics on loopback: the soak scrapes them without a token.
 	args := append([]string{"--kubeconfig", kubeconfig, "--run-namespace", runNamespace,
 		"--metrics-bind-address", "127.0.0.1:0", "--metrics-secure=false", "--health-probe-bind-address", "127.0.0.1:0"}, extra...)
-	o := &operator{cmd: exec.Command(operatorBin, args...), log: &framework.SyncBuffer{}, acting: "Successfully acquired lease"}
+	o := &operator{cmd: exec.Command(bin, args...), log: &framework.SyncBuffer{}, acting: "Successfully acquired lease"}
+	o.cmd.Env = append(os.Environ(), env...)
 	if slices.Contains(extra, "--leader-elect=false") {
 		o.acting = "Starting workers" // no lease to wait for: it acts once its controllers start
 	}

@@ -35,6 +35,8 @@ var (
 	cfg         *rest.Config
 	kubeconfig  string
 	operatorBin string
+	// faultBin is the operator built with fault injection (internal/faultinject).
+	faultBin string
 	// logDir keeps every operator process's log (a file per process, in start order); a failed
 	// spec prints where it is. CHAOS_LOG_DIR chooses it (and keeps it); otherwise a temporary
 	// directory, removed when every spec passed.
@@ -80,11 +82,8 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	Expect(os.MkdirAll(logDir, 0o755)).To(Succeed())
 
-	operatorBin = filepath.Join(GinkgoT().TempDir(), "teardown-operator")
-	build := exec.Command("go", "build", "-o", operatorBin, "./cmd/teardown-operator")
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), string(out))
+	operatorBin = buildOperator()
+	faultBin = buildOperator("-tags", "faultinject")
 })
 
 var _ = ReportAfterEach(func(r SpecReport) {
@@ -103,3 +102,17 @@ var _ = AfterSuite(func() {
 		Expect(framework.StopCluster(root, clusterName)).To(Succeed())
 	}
 })
+
+// buildOperator builds the operator binary with the given go build flags.
+func buildOperator(flags ...string) string {
+	GinkgoHelper()
+	bin := filepath.Join(GinkgoT().TempDir(), "teardown-operator")
+	if len(flags) > 0 {
+		bin += "-" + flags[len(flags)-1]
+	}
+	build := exec.Command("go", append(append([]string{"build", "-o", bin}, flags...), "./cmd/teardown-operator")...)
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), string(out))
+	return bin
+}

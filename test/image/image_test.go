@@ -368,3 +368,16 @@ func TestFallbackRoots(t *testing.T) {
 		})
 	}
 }
+
+// TestNoFaultInjection: the shipped operator carries none of the fault suite's injection
+// (internal/faultinject is compiled in only with the build tag faultinject). The binary is
+// stripped, but its function table still names every function it holds.
+func TestNoFaultInjection(t *testing.T) {
+	data, err := os.ReadFile(extract(t, "teardown-operator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := bytes.Index(data, []byte("internal/faultinject.")); i >= 0 {
+		t.Errorf("the image's operator holds %q: it was built with the faultinject tag", data[i:min(len(data), i+60)])
+	}
+}
