@@ -194,14 +194,14 @@ test-chart: control-plane $(HELM) ## The Helm chart: helm lint, helm template wi
 
 # The small sizes make test runs; make chaos and make soak run the sizes docs/reliability.md reports.
 CHAOS_SMALL = CHAOS_OBJECTS=30 CHAOS_KILLS=3 CHAOS_FAILOVER_OBJECTS=20 CHAOS_FAILOVER_KILLS=2 \
-	CHAOS_PAUSE_OBJECTS=20 CHAOS_CONTROL_PLANE_OBJECTS=45 SOAK_DURATION=60s CRASHPOINT_SAMPLE=3 WATCHFAULT_PLANS=4
+	CHAOS_PAUSE_OBJECTS=20 CHAOS_CONTROL_PLANE_OBJECTS=45 SOAK_DURATION=60s CRASHPOINT_SAMPLE=2 WATCHFAULT_PLANS=3 INFLIGHT_SEQUENCES=2
 
 .PHONY: test-chaos
-test-chaos: control-plane $(GINKGO) ## The chaos and soak suite, small: SIGKILLs, failover, a paused leader, API server and etcd faults, 3 crash points a trigger (CRASHPOINT_SEED), 4 watch-fault plans (WATCHFAULT_SEED), an unsafe deletion, 60s of churn.
+test-chaos: control-plane $(GINKGO) ## The chaos and soak suite, small: SIGKILLs, failover, a paused leader, API server and etcd faults, 2 crash points a trigger (CRASHPOINT_SEED), 3 watch-fault plans (WATCHFAULT_SEED), 2 sequences of changes in flight (INFLIGHT_SEED), an unsafe deletion, an upgrade and a downgrade, 60s of churn.
 	$(CHAOS_SMALL) $(GINKGO) -v --timeout=20m ./test/chaos
 
 .PHONY: chaos
-chaos: control-plane $(GINKGO) ## The chaos suite at full size (200 objects and 20 SIGKILLs, 10 failovers, every crash point, 30 watch-fault plans, ...); figures in docs/reliability.md.
+chaos: control-plane $(GINKGO) ## The chaos suite at full size (200 objects and 20 SIGKILLs, 10 failovers, every crash point, 30 watch-fault plans, 20 sequences of changes in flight, an upgrade and a downgrade, ...); figures in docs/reliability.md.
 	$(GINKGO) -v --timeout=60m --skip=Soak ./test/chaos
 
 .PHONY: soak

@@ -113,6 +113,8 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, err
 	}
 	p.out = pipeline.Advance(ctx, p.run, facts)
+	ctx, cancel := recording(ctx)
+	defer cancel()
 	if err := r.commit(ctx, p); err != nil {
 		r.written.Set(req.NamespacedName, ownwrites.Unknown)
 		return reconcile.Result{}, fmt.Errorf("writing status: %w", err)
@@ -129,6 +131,18 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return done, err
 	}
 	return res, nil
+}
+
+// recordTimeout bounds the writes that record a pass once a shutdown has begun.
+const recordTimeout = 10 * time.Second
+
+// recording returns the context for the writes that record a pass and carry out its effects. A
+// pass may have made side effects (an http call answered, a Job created): its record must not be
+// lost to the shutdown of a rollout, which cancels ctx while the manager waits for its workers, or
+// the next replica would do them again. So the writes outlive ctx's cancellation, for at most
+// recordTimeout (the manager waits 30 s for its workers).
+func recording(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 }
 
 // read gathers what one pass decides on: the target's metadata, break glass, the compiled

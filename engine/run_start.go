@@ -38,7 +38,7 @@ type runStart struct {
 // spec.runHistory SkipImmediateSuccess (the default), one that succeeds at once costs the release alone. A crash after the
 // pass and before its record repeats the pass: its side effects are keyed on the deletion, not on
 // the run (an http step's Idempotency-Key), and a step that needs the run recorded (a Job step)
-// stops the pass before it starts.
+// stops the pass before it starts. A shutdown does not lose the record (see recording).
 func (r *runReconciler) start(ctx context.Context, s runStart) error {
 	if !s.plan.FromCache && s.plan.Moved && r.existingRun(ctx, s.key, s.run.Name) {
 		return nil // made before the namespace's deletion began: it goes on
@@ -48,6 +48,8 @@ func (r *runReconciler) start(ctx context.Context, s runStart) error {
 	facts := pipeline.Facts{Now: time.Now(), Pipeline: c.Pipeline, Unborn: true, BreakGlass: r.breakGlass(run, s.target), Requested: s.requested,
 		TargetDeleting: s.target.DeletionTimestamp != nil}
 	p.out = pipeline.Advance(ctx, run, facts)
+	ctx, cancel := recording(ctx)
+	defer cancel()
 	plan := planRecord(recordFacts{Phase: run.Status.Phase, FailurePolicy: c.Pipeline.FailurePolicy, RecordsEveryRun: c.RecordsEveryRun(),
 		TwoPhase: c.TwoPhase(), CleanSuccess: cleanSuccess(run), FromCache: s.plan.FromCache})
 	if plan.HoldFinalizer {

@@ -293,3 +293,49 @@ func metaCondition(run *v1alpha1.TeardownRun, typ string) *metav1.Condition {
 	}
 	return nil
 }
+
+// A step whose calls the operator's shutdown cancelled has not failed: the pass that is recorded
+// keeps it going, and the steps after it are not touched.
+func TestShutdownInterruptsWithoutFailing(t *testing.T) {
+	for _, tc := range []struct {
+		name, cancel string // when ctx is cancelled: "before" the pass, "during" the step, or "never"
+		want         string
+	}{
+		{"not cancelled: the failure is one", "never", "Failed a=Failed"},
+		{"cancelled during the step: its failure is an interruption", "during", "Running a=Running"},
+		{"cancelled before the pass: no step is touched", "before", "Running a=Pending"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			a := &cancelling{result: steps.Fail(false, "creating Job x: context canceled")}
+			switch tc.cancel {
+			case "before":
+				cancel()
+			case "during":
+				a.cancel = cancel
+			}
+			run, pipe := runOf(v1alpha1.FailurePolicyRetain, 0, step("a", a), step("b", script(steps.Result{Outcome: steps.Succeeded})))
+			run.Status.Phase = v1alpha1.RunRunning
+			out := Advance(ctx, run, at(pipe, 0))
+			expect(t, "phases", phases(run), tc.want)
+			if tc.cancel == "during" && (!strings.HasPrefix(run.Status.Steps[0].Message, "interrupted by the operator's shutdown") || out.RequeueAfter != interruptedRecheck) {
+				t.Errorf("step a: %q, requeue %s", run.Status.Steps[0].Message, out.RequeueAfter)
+			}
+		})
+	}
+}
+
+// cancelling is an action whose call a shutdown may cut short: it cancels ctx (when set) and
+// fails.
+type cancelling struct {
+	cancel func()
+	result steps.Result
+}
+
+func (c *cancelling) Execute(context.Context, *steps.Input) steps.Result {
+	if c.cancel != nil {
+		c.cancel()
+	}
+	return c.result
+}

@@ -16,6 +16,10 @@ import (
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
+// interruptedRecheck is when a step cut short by the operator's shutdown is looked at again
+// (by the next replica, which reads the run anew).
+const interruptedRecheck = time.Second
+
 // SkippedPrefix starts the message of a step skipped because the pipeline ended before it (not
 // by its guard): a retry resumes there.
 const SkippedPrefix = "skipped: "
@@ -69,6 +73,9 @@ func (p *pass) lastStep(step *policy.Step) bool {
 // runStep takes one step as far as it goes now; done means its phase is final, else after is
 // when to look again.
 func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.StepStatus) (after time.Duration, done bool) {
+	if ctx.Err() != nil {
+		return interruptedRecheck, false // the operator is stopping: the next replica goes on here
+	}
 	if ss.Phase == v1alpha1.StepPending && !p.startStep(ctx, step, ss) {
 		return 0, true
 	}
@@ -84,6 +91,12 @@ func (p *pass) runStep(ctx context.Context, step *policy.Step, ss *v1alpha1.Step
 		ss.Attempts++
 	}
 	result := step.Action.Execute(ctx, p.input(ss))
+	if ctx.Err() != nil && result.Outcome != steps.Succeeded && result.Outcome != steps.InProgress {
+		// Cut short by the operator's shutdown (its calls cancelled), not failed: the pass is
+		// still recorded (what the step did so far, its state), and the attempt goes on.
+		result.Outcome, result.CheckAfter = steps.InProgress, interruptedRecheck
+		result.Message = "interrupted by the operator's shutdown; going on: " + result.Message
+	}
 	p.keep(ss, &result)
 	switch result.Outcome {
 	case steps.Succeeded:

@@ -99,7 +99,7 @@ func (a *action) Execute(ctx context.Context, in *steps.Input) steps.Result {
 			return steps.Waiting(time.Second, "%s: waiting for one of the %d requests in flight to end", req, a.kind.calls.inFlight())
 		}
 	}
-	if !a.kind.calls.wait(ctx, cl, a.kind.inlineWait) {
+	if !a.kind.calls.wait(cl, a.kind.inlineWait) {
 		return steps.Result{Outcome: steps.InProgress, CheckAfter: a.timeout + time.Second,
 			Message: fmt.Sprintf("%s: waiting for the response (sent %s)", cl.req, cl.req.sent.UTC().Format(time.RFC3339))}
 	}

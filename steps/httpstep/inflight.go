@@ -1,7 +1,6 @@
 package httpstep
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"time"
@@ -75,8 +74,11 @@ func (c *calls) start(key string, req *request, do func() *exchange, wake func()
 	return cl, nil
 }
 
-// wait waits at most d for cl and reports whether it has ended.
-func (c *calls) wait(ctx context.Context, cl *call, d time.Duration) bool {
+// wait waits at most d for cl and reports whether it has ended. It outlasts ctx: when the
+// operator stops, the reconcile still takes an answer that comes within d, and its pass records
+// it (see the engine's recording), instead of leaving the request to be sent again by the next
+// replica.
+func (c *calls) wait(cl *call, d time.Duration) bool {
 	c.mu.Lock()
 	cl.waiting = true
 	c.mu.Unlock()
@@ -85,7 +87,6 @@ func (c *calls) wait(ctx context.Context, cl *call, d time.Duration) bool {
 	select {
 	case <-cl.done:
 	case <-t.C:
-	case <-ctx.Done():
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

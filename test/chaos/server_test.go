@@ -15,7 +15,9 @@ type flakyServer struct {
 	srv *httptest.Server
 	// steady answers every request with 200 at once (the soak's load, not a fault).
 	steady bool
-	mu     sync.Mutex
+	// arrived, if set, is called with each request's path as it arrives, before the answer.
+	arrived func(path string)
+	mu      sync.Mutex
 	// requests by path ("/<policy>/<step>/<object>"), in arrival order.
 	requests map[string][]request
 }
@@ -34,6 +36,9 @@ func newFlakyServer() *flakyServer {
 
 func (s *flakyServer) serve(w http.ResponseWriter, r *http.Request) {
 	arrived := time.Now()
+	if s.arrived != nil {
+		s.arrived(r.URL.Path)
+	}
 	status := http.StatusOK
 	n := rand.IntN(100)
 	if s.steady {
