@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,7 +28,7 @@ import (
 // every object left with the pipeline of then.
 
 // inflightEdits are the changes a sequence draws from, besides deletions.
-var inflightEdits = []string{"url", "add", "remove", "reorder", "relabel", "recreate"}
+var inflightEdits = []string{"url", "add", "remove", "reorder", "relabel", "touch", "recreate"}
 
 type inflight struct {
 	ns   string
@@ -41,6 +42,10 @@ type inflight struct {
 	next      int // the next object to delete
 	objects   int
 	added     int // steps added so far, to name the next
+	// version is each object's data.v, which the URLs carry (its snapshot's, for a teardown);
+	// touches counts the edits of objects' data.
+	version map[string]string
+	touches int
 	// namespaceDeleted: the sequence ended with the namespace's deletion.
 	namespaceDeleted bool
 }
@@ -55,7 +60,8 @@ var _ = Describe("Changes in flight", func() {
 		op.waitLeading(time.Minute)
 		var applied []string
 		for i := range sequences {
-			f := &inflight{ns: fmt.Sprintf("if-%s-%d", runID(), i), srv: srv, objects: 8, expected: map[string][]string{}, unmatched: map[string]bool{}}
+			f := &inflight{ns: fmt.Sprintf("if-%s-%d", runID(), i), srv: srv, objects: 8, expected: map[string][]string{},
+				unmatched: map[string]bool{}, version: map[string]string{}}
 			f.deploy(ctx)
 			var seq []string
 			for f.next < f.objects {
@@ -86,7 +92,10 @@ func (f *inflight) deploy(ctx context.Context) {
 	f.spec = []v1alpha1.Step{f.post("notify"), framework.WaitStep("settle", 3*time.Second), f.post("done")}
 	f.createPolicy(ctx)
 	for i := range f.objects {
-		Expect(k8s.Create(ctx, framework.ConfigMap(f.ns, fmt.Sprintf("o-%d", i), map[string]string{"app": "cf"}))).To(Succeed())
+		o := framework.ConfigMap(f.ns, fmt.Sprintf("o-%d", i), map[string]string{"app": "cf"})
+		o.Data = map[string]string{"v": "0"}
+		f.version[o.Name] = "0"
+		Expect(k8s.Create(ctx, o)).To(Succeed())
 	}
 	for i := range f.objects {
 		Eventually(probeFinalizers(ctx, f.object(i)), time.Minute, 100*time.Millisecond).Should(ContainElement("teardownpolicy.teardown.dev/cf"))
@@ -95,7 +104,7 @@ func (f *inflight) deploy(ctx context.Context) {
 
 func (f *inflight) post(step string) v1alpha1.Step {
 	return v1alpha1.Step{Name: step, HTTP: &v1alpha1.HTTPStep{Method: "POST",
-		URL: fmt.Sprintf("%s/%s/g%d/%s/${object.metadata.name}", f.srv.srv.URL, f.ns, f.gen, step)}}
+		URL: fmt.Sprintf("%s/%s/g%d/%s/${object.metadata.name}/${object.data.v}", f.srv.srv.URL, f.ns, f.gen, step)}}
 }
 
 func (f *inflight) object(i int) *corev1.ConfigMap {
@@ -140,7 +149,7 @@ func (f *inflight) calls(name string) []string {
 	var out []string
 	for _, s := range f.spec {
 		if s.HTTP != nil {
-			u := strings.Replace(s.HTTP.URL, "${object.metadata.name}", name, 1)
+			u := strings.NewReplacer("${object.metadata.name}", name, "${object.data.v}", f.version[name]).Replace(s.HTTP.URL)
 			out = append(out, strings.TrimPrefix(u, f.srv.srv.URL))
 		}
 	}
@@ -173,6 +182,19 @@ func (f *inflight) do(ctx context.Context, action string, r *rand.Rand) {
 			f.unmatched[obj.Name] = true
 			Eventually(probeFinalizers(ctx, obj), time.Minute, 50*time.Millisecond).ShouldNot(ContainElement("teardownpolicy.teardown.dev/cf"),
 				"%s was relabelled out of the selector but not released", obj.Name)
+		}
+		return
+	case "touch":
+		// The object's data changes: one not deleted yet is torn down with the new data later;
+		// a teardown in flight keeps reading the snapshot its run took.
+		i := r.IntN(f.objects)
+		obj := f.object(i)
+		f.touches++
+		v := strconv.Itoa(f.touches)
+		err := k8s.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", []byte(`{"data":{"v":"`+v+`"}}`)))
+		Expect(client.IgnoreNotFound(err)).To(Succeed())
+		if err == nil && i >= f.next {
+			f.version[obj.Name] = v
 		}
 		return
 	case "recreate":
@@ -264,7 +286,7 @@ func (f *inflight) check(ctx context.Context) {
 		}
 		var calls []call
 		for path, rs := range requests {
-			if strings.HasPrefix(path, "/"+f.ns+"/") && strings.HasSuffix(path, "/"+name) {
+			if strings.HasPrefix(path, "/"+f.ns+"/") && strings.Contains(path, "/"+name+"/") {
 				for _, r := range rs {
 					calls = append(calls, call{path, r.at})
 				}
