@@ -185,7 +185,7 @@ test-e2e: control-plane $(GINKGO) $(HELM) image ## End-to-end suite on the local
 	$(GINKGO) -v --timeout=20m ./test/e2e
 
 .PHONY: test-realnode
-test-realnode: node-deps node-bins node-images image $(GINKGO) $(HELM) ## The real-node suite: the chart, its probes, Job steps and the uninstall hook as real containers (starts and removes the node).
+test-realnode: node-deps node-bins node-images image $(GINKGO) $(HELM) ## The real-node suite: the chart, its probes, Job steps, a helm upgrade to the previous release and back with teardowns in flight, and the uninstall hook as real containers (starts and removes the node).
 	$(GINKGO) -v --timeout=15m ./test/realnode
 
 .PHONY: test-chart
@@ -197,11 +197,11 @@ CHAOS_SMALL = CHAOS_OBJECTS=30 CHAOS_KILLS=3 CHAOS_FAILOVER_OBJECTS=20 CHAOS_FAI
 	CHAOS_PAUSE_OBJECTS=20 CHAOS_CONTROL_PLANE_OBJECTS=45 SOAK_DURATION=60s CRASHPOINT_SAMPLE=2 WATCHFAULT_PLANS=3 INFLIGHT_SEQUENCES=2
 
 .PHONY: test-chaos
-test-chaos: control-plane $(GINKGO) ## The chaos and soak suite, small: SIGKILLs, failover, a paused leader, API server and etcd faults, 2 crash points a trigger (CRASHPOINT_SEED), 3 watch-fault plans (WATCHFAULT_SEED), 2 sequences of changes in flight (INFLIGHT_SEED), an unsafe deletion, an upgrade and a downgrade, 60s of churn.
+test-chaos: control-plane $(GINKGO) ## The chaos and soak suite, small: SIGKILLs, failover, a paused leader, API server and etcd faults, 2 crash points a trigger (CRASHPOINT_SEED), 3 watch-fault plans (WATCHFAULT_SEED), 2 sequences of changes in flight (INFLIGHT_SEED), a restart served the past, an unsafe deletion, an upgrade and a downgrade, 60s of churn.
 	$(CHAOS_SMALL) $(GINKGO) -v --timeout=20m ./test/chaos
 
 .PHONY: chaos
-chaos: control-plane $(GINKGO) ## The chaos suite at full size (200 objects and 20 SIGKILLs, 10 failovers, every crash point, 30 watch-fault plans, 20 sequences of changes in flight, an upgrade and a downgrade, ...); figures in docs/reliability.md.
+chaos: control-plane $(GINKGO) ## The chaos suite at full size (200 objects and 20 SIGKILLs, 10 failovers, every crash point, 30 watch-fault plans, a restart served the past, 20 sequences of changes in flight, an upgrade and a downgrade, ...); figures in docs/reliability.md.
 	$(GINKGO) -v --timeout=60m --skip=Soak ./test/chaos
 
 .PHONY: soak

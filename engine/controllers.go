@@ -34,7 +34,7 @@ func (e *Engine) setupControllers(mgr manager.Manager) error {
 	e.runs = &runReconciler{client: e.client, reader: e.reader, policies: compiledPolicies{e.registry, e.compiler},
 		watches: e.watches, events: e.events, reports: passReports{metrics: e.metrics, history: e.history}, written: e.written,
 		released: e.released, lookups: e.lookups, kinds: e.kinds, runNamespace: e.opts.RunNamespace, retention: e.opts.RunRetention,
-		stuckAfter: e.opts.StuckAfter, fin: e.fin, requeue: &e.wake.runs, reads: e.reads}
+		stuckAfter: e.opts.StuckAfter, fin: e.fin, requeue: &e.wake.runs, reads: e.reads, lead: e.lead}
 	for _, setup := range []func(manager.Manager) error{e.setupPolicies, e.setupNamespaces, e.setupTargets, e.setupRuns} {
 		if err := setup(mgr); err != nil {
 			return err

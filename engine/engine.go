@@ -95,6 +95,8 @@ type Engine struct {
 	router *router
 	// arming keeps the admission policies that arm targets at creation.
 	arming *admissionArming
+	// lead says since when this process leads: deletions before then may be a predecessor's.
+	lead *leadership
 }
 
 var namespaceGVK = schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}
@@ -159,6 +161,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 		matchRejects: newPolicyObjects(),
 		metrics:      newMetrics(),
 		router:       &router{},
+		lead:         &leadership{},
 	}
 	e.reads = clusterReads{client: e.client}
 	e.wake = newWakeups(e.registry)
@@ -180,6 +183,9 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 	}
 	e.fin = &finalizerWriter{client: e.client, metadata: mc, reader: e.reader, watches: e.watches}
 	if err := mgr.Add(e.watches); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(e.lead); err != nil {
 		return nil, err
 	}
 	if opts.RunRetention > 0 {

@@ -55,6 +55,8 @@ type runReconciler struct {
 	// requeue is the run controller's own queue.
 	requeue queue[reconcile.Request]
 	reads   clusterReads
+	// lead says since when this process leads (see leadership.predates).
+	lead *leadership
 }
 
 // runPolicies is what the run side needs of the compiled policies: a policy's state, and the
@@ -275,9 +277,17 @@ func (r *runReconciler) readRun(ctx context.Context, key types.NamespacedName) (
 	// A run this engine wrote and the cache misses may be newer than the cache (just created):
 	// asked of the API server, so that it is not taken for gone and forgotten.
 	missed := apierrors.IsNotFound(err) && r.written.Known(key)
-	if missed || err == nil && r.written.Stale(key, run.ResourceVersion) {
+	// A run this engine has neither written nor read yet was written by a predecessor (a replica
+	// that stopped, an earlier leader), and the cache may show it as it was: a first list served
+	// from the past ("time travel", behind a lagging API server) would have the pass repeat steps
+	// recorded since. It is read from the API server once; from then on it is as if written here.
+	inherited := err == nil && !r.written.Known(key)
+	if missed || inherited || err == nil && r.written.Stale(key, run.ResourceVersion) {
 		run = &v1alpha1.TeardownRun{} // decoding into the cached copy would keep its stale map entries
 		err = r.reader.Get(ctx, key, run)
+		if inherited && err == nil && run.Labels[v1alpha1.LabelReleased] == "" {
+			r.written.Set(key, run.ResourceVersion)
+		}
 	}
 	gone := apierrors.IsNotFound(err)
 	if gone && missed {

@@ -40,7 +40,8 @@ var _ runSide = (*runReconciler)(nil)
 
 func (r *runReconciler) plan(ctx context.Context, p *policy.Compiled, key TargetKey, obj *metav1.PartialObjectMetadata) startPlan {
 	return planStart(startFacts{ReadsTargetFirst: p.ReadsTargetFirst(), BreakGlass: obj.Annotations[v1alpha1.AnnotationAbandon] != "",
-		TargetNamespace: key.Namespace, NamespaceTerminating: r.reads.namespaceTerminating(ctx, key.Namespace), RunNamespace: r.runNamespace})
+		TargetNamespace: key.Namespace, NamespaceTerminating: r.reads.namespaceTerminating(ctx, key.Namespace), RunNamespace: r.runNamespace,
+		Inherited: r.lead.predates(obj.DeletionTimestamp)})
 }
 
 // resumeRecorded looks in the target's namespace and the run namespace, in the API server: a

@@ -20,6 +20,10 @@ type startFacts struct {
 	TargetNamespace      string
 	NamespaceTerminating bool
 	RunNamespace         string
+	// Inherited: the deletion began before this process led (leadership.predates). A predecessor
+	// may have recorded its run, or run its pipeline and released the object, and the caches may
+	// not show it (a first list served from the past).
+	Inherited bool
 }
 
 // startPlan is where a run goes and what its first pass starts from.
@@ -33,11 +37,14 @@ type startPlan struct {
 	// Moved: the run goes to the run namespace though the object has one; a run made there before
 	// the namespace's deletion began may exist, and goes on.
 	Moved bool
+	// Resume: a predecessor's run is looked for in the API server before the first pass; if there
+	// is one, it goes on instead.
+	Resume bool
 }
 
 // planStart decides where a deletion's run goes and what it starts from.
 func planStart(f startFacts) startPlan {
-	p := startPlan{FromCache: !f.ReadsTargetFirst && !f.BreakGlass, Namespace: f.TargetNamespace}
+	p := startPlan{FromCache: !f.ReadsTargetFirst && !f.BreakGlass && !f.Inherited, Namespace: f.TargetNamespace, Resume: f.Inherited}
 	if f.TargetNamespace == "" || f.NamespaceTerminating {
 		p.Namespace, p.Moved = f.RunNamespace, f.TargetNamespace != ""
 	}

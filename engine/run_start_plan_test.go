@@ -28,6 +28,9 @@ func TestPlanStart(t *testing.T) {
 		"nothing is created in a namespace being deleted": {
 			startFacts{ReadsTargetFirst: true, TargetNamespace: "shop", NamespaceTerminating: true, RunNamespace: "teardown-system"},
 			startPlan{Namespace: "teardown-system", Moved: true}},
+		"a deletion a predecessor may have handled: the object read, its run looked for first": {
+			startFacts{Inherited: true, TargetNamespace: "shop", RunNamespace: "teardown-system"},
+			startPlan{Namespace: "shop", Resume: true}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, planStart(tc.facts)); diff != "" {

@@ -250,12 +250,16 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 		if requested = r.reads.deleteRequest(ctx, live); requested == "" {
 			return nil // withdrawn meanwhile
 		}
+	} else if live.GetDeletionTimestamp() == nil {
+		return nil
+	}
+	if p.TwoPhase() || plan.Resume {
+		// The run cache may miss a run recorded finished, and one a predecessor recorded (it may
+		// serve the past): neither must start the pipeline again.
 		name := naming.RunName(p.Key.Kind, p.Key.Namespace, p.Key.Name, key.Name, obj.UID)
 		if found, err := r.runs.resumeRecorded(ctx, key.Namespace, name); err != nil || found {
 			return err
 		}
-	} else if live.GetDeletionTimestamp() == nil {
-		return nil
 	}
 	snapshot, err := policy.Snapshot(full)
 	if err != nil {

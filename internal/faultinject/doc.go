@@ -1,6 +1,6 @@
 // Package faultinject lets the fault suite (test/chaos) inject faults inside the operator at
 // chosen points: a crash between two of its writes (as Sieve does), and a watch stream that loses
-// intermediate states, stalls, reorders or breaks.
+// intermediate states, stalls, reorders or breaks; caches that start from the past.
 //
 // Only a binary built with the build tag faultinject has any of it; in any other build (the
 // shipped one) Install and HTTP leave everything as it is and the package compiles to nothing.
@@ -10,6 +10,7 @@
 //	TEARDOWN_CRASHPOINT_AFTER  n: the process kills itself (SIGKILL) at the n-th crash point
 //	TEARDOWN_FAULT_SCOPE       only requests (and watch events) of this namespace count
 //	TEARDOWN_WATCH_FAULTS      watch faults, comma separated (see ParseWatchFaults)
+//	TEARDOWN_TIME_TRAVEL       "<resourceVersion>:<hold>": the caches start from the past (see TimeTravel)
 //
 // A crash point is the moment after a write was answered and before the operator saw the answer:
 // a mutating request to the API server (events, leases and access reviews aside: they record
@@ -22,6 +23,7 @@ const (
 	EnvAfter       = "TEARDOWN_CRASHPOINT_AFTER"
 	EnvScope       = "TEARDOWN_FAULT_SCOPE"
 	EnvWatchFaults = "TEARDOWN_WATCH_FAULTS"
+	EnvTimeTravel  = "TEARDOWN_TIME_TRAVEL"
 )
 
 // Watch fault modes.

@@ -17,12 +17,20 @@ const Enabled = true
 var scope = os.Getenv(EnvScope)
 
 // Install counts the API server writes of every client built from cfg (or a copy of it) as crash
-// points, and applies TEARDOWN_WATCH_FAULTS to their watches. Watches are then read as JSON,
-// whose stream the faults take apart event by event.
+// points, applies TEARDOWN_WATCH_FAULTS to their watches (read then as JSON, whose stream the
+// faults take apart event by event) and TEARDOWN_TIME_TRAVEL to their caches' first lists.
 func Install(cfg *rest.Config) error {
 	faults, err := ParseWatchFaults(os.Getenv(EnvWatchFaults))
 	if err != nil {
 		return err
+	}
+	tt, err := ParseTimeTravel(os.Getenv(EnvTimeTravel))
+	if err != nil {
+		return err
+	}
+	if tt != nil {
+		j := newJourney(*tt)
+		cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &traveller{next: rt, journey: j} })
 	}
 	if len(faults) > 0 {
 		cfg.ContentType = "application/json"

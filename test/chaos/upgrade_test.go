@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -21,32 +20,17 @@ import (
 	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
-// previousRevision is the release an upgrade starts from: UPGRADE_FROM (any git revision), or
-// the commit before the fault-class work (the parent of the commit that added
-// internal/faultinject), the last one whose operator knew nothing of it.
-func previousRevision() string {
-	GinkgoHelper()
-	if rev := os.Getenv("UPGRADE_FROM"); rev != "" {
-		return rev
-	}
-	out, err := exec.Command("git", "-C", root, "log", "--diff-filter=A", "--format=%H", "-1", "--", "internal/faultinject/doc.go").Output()
-	Expect(err).NotTo(HaveOccurred(), "reading the history (a clone with its history is needed, or UPGRADE_FROM)")
-	added := strings.TrimSpace(string(out))
-	Expect(added).NotTo(BeEmpty(), "no commit added internal/faultinject: a shallow clone? set UPGRADE_FROM")
-	return added + "^"
-}
-
 // buildRevision builds the operator of a git revision, from a worktree of this repository.
 func buildRevision(rev string) string {
 	GinkgoHelper()
 	dir := filepath.Join(GinkgoT().TempDir(), "src")
-	out, err := exec.Command("git", "-C", root, "worktree", "add", "--detach", dir, rev).CombinedOutput()
-	Expect(err).NotTo(HaveOccurred(), string(out))
-	DeferCleanup(func() { _ = exec.Command("git", "-C", root, "worktree", "remove", "--force", dir).Run() })
+	remove, err := framework.Worktree(root, rev, dir)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(remove)
 	bin := filepath.Join(GinkgoT().TempDir(), "teardown-operator-previous")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/teardown-operator")
 	build.Dir = dir
-	out, err = build.CombinedOutput()
+	out, err := build.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), string(out))
 	return bin
 }
@@ -54,7 +38,9 @@ func buildRevision(rev string) string {
 var _ = Describe("Upgrade and downgrade mid pipeline", Ordered, func() {
 	var previous, rev string
 	BeforeAll(func() {
-		rev = previousRevision()
+		var err error
+		rev, err = framework.PreviousRevision(root)
+		Expect(err).NotTo(HaveOccurred())
 		previous = buildRevision(rev)
 	})
 
