@@ -9,8 +9,9 @@ import (
 )
 
 // inheritMargin widens the window of deletions a predecessor may have handled past the moment this
-// process began to lead: a deletionTimestamp is the API server's clock, kept to the second.
-const inheritMargin = 5 * time.Second
+// process began to lead, for an API server's clock ahead of this process's (a deletionTimestamp is
+// the API server's). Kept short: every deletion in the window is read from the API server first.
+const inheritMargin = time.Second
 
 // leadership records when this process began to act on the cluster: the engine's controllers
 // start once it leads. A deletion that began before then may have been handled by a predecessor
