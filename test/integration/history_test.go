@@ -28,6 +28,7 @@ var _ = Describe("Run history", func() {
 		always := namespacedPolicy(ns, "always", instant...)
 		always.Spec.RunHistory = v1alpha1.RunHistoryAll
 		cm := protect(ctx, always, "recorded")
+		waitPastOperatorStart() // the first pass is to start from the cache (below)
 		Expect(k8s.Delete(ctx, cm)).To(Succeed())
 		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
 		run := runFor(ctx, cm)()

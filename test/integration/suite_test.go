@@ -144,8 +144,21 @@ func restartOperatorAs(ctx context.Context, namespace, name string) {
 	})
 }
 
+// operatorStartedAt is when the running operator was started.
+var operatorStartedAt time.Time
+
+// waitPastOperatorStart waits until the running operator has led for long enough that a
+// deletion now is its own: one within a second or so of its start counts as a predecessor's
+// (engine/leadership.go) and its first pass reads the object from the API server, which a spec of
+// the first pass that starts from the cache must not be given. The operator leads once its
+// caches have synced, a second or two after its start here.
+func waitPastOperatorStart() {
+	time.Sleep(time.Until(operatorStartedAt.Add(5 * time.Second)))
+}
+
 // startOperatorOn starts the operator on the API server cfg names, as the user it names.
 func startOperatorOn(cfg *rest.Config, edit func(*engine.Options)) func() {
+	operatorStartedAt = time.Now()
 	opts := engine.Options{
 		RunNamespace: runNamespace, TargetWorkers: 4, RunWorkers: 4, StuckAfter: stuckAfter, Resync: time.Hour,
 	}
