@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -35,11 +36,15 @@ func TestSenderNeverBlocks(t *testing.T) {
 	}
 }
 
-// recordingEvents takes event creates in memory: the shutdown below is about what the sender does
-// with its queue, not about the API server (the integration suite sends to a real one).
+// recordingEvents takes event creates in memory: these tests are about what the sender does with
+// its queue and its retries, not about the API server (the integration suite sends to a real one).
+// It answers each create with the next error of script (nil once the script is done), and records
+// when each came and, for those it took, whose event it was.
 type recordingEvents struct {
 	eventsclient.EventInterface
 	mu      sync.Mutex
+	script  []error
+	at      []time.Time
 	created []string
 }
 
@@ -48,6 +53,14 @@ func (r *recordingEvents) Events(string) eventsclient.EventInterface { return r 
 func (r *recordingEvents) Create(_ context.Context, ev *eventsv1.Event, _ metav1.CreateOptions) (*eventsv1.Event, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.at = append(r.at, time.Now())
+	if len(r.script) > 0 {
+		err := r.script[0]
+		r.script = r.script[1:]
+		if err != nil {
+			return nil, err
+		}
+	}
 	r.created = append(r.created, ev.Regarding.Name)
 	return ev, nil
 }

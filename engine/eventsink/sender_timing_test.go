@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -16,31 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	eventsclient "k8s.io/client-go/kubernetes/typed/events/v1"
 )
-
-// scriptedEvents answers event creates with the errors of its script in turn (nil once the
-// script is done), and records when each create came.
-type scriptedEvents struct {
-	eventsclient.EventInterface
-	mu     sync.Mutex
-	script []error
-	at     []time.Time
-}
-
-func (s *scriptedEvents) Events(string) eventsclient.EventInterface { return s }
-
-func (s *scriptedEvents) Create(_ context.Context, ev *eventsv1.Event, _ metav1.CreateOptions) (*eventsv1.Event, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.at = append(s.at, time.Now())
-	if len(s.script) == 0 {
-		return ev, nil
-	}
-	err := s.script[0]
-	s.script = s.script[1:]
-	return ev, err
-}
 
 // unreachable is a transport error: the API server did not answer.
 var unreachable = &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
@@ -73,7 +48,7 @@ func TestSenderBackoff(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				sink := &scriptedEvents{script: tc.script}
+				sink := &recordingEvents{script: tc.script}
 				f := newSender(sink, "teardown-operator", logr.Discard())
 				f.create(t.Context(), &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: "shop"}})
 				if len(sink.at) != tc.tries {
@@ -101,7 +76,7 @@ func seconds(xs ...float64) []time.Duration {
 // events still queued after senderDrain, not after every event's tries.
 func TestSenderDrainBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sink := &scriptedEvents{script: repeat(unreachable, 1000)}
+		sink := &recordingEvents{script: repeat(unreachable, 1000)}
 		f := newSender(sink, "teardown-operator", logr.Discard())
 		for i := range 20 {
 			f.send(&corev1.ObjectReference{Name: fmt.Sprint(i)}, nil, corev1.EventTypeNormal, "TeardownSucceeded", "TeardownSucceeded", "done")

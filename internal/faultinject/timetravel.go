@@ -4,13 +4,14 @@ package faultinject
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TimeTravel serves a process's first view of the cluster from a point in the past, as Sieve's
@@ -77,9 +78,11 @@ func (t *traveller) RoundTrip(req *http.Request) (*http.Response, error) {
 	cache := cacheOf(req, resource)
 	switch stage := t.stageOf(cache); {
 	case stage == 0 && watching && q.Get("sendInitialEvents") == "true":
-		// A cache's first view as a stream (WatchListClient) starts at the newest state; refused,
-		// the reflector falls back to a list, which goes to the past.
-		return refusal(req, "watch-list refused (injected): this process's first view is a list at resourceVersion "+t.tt.RV), nil
+		// A cache's first view as a stream (WatchListClient) starts at the newest state; refused
+		// with a 400, which it does not retry, the reflector falls back to a list, which goes to
+		// the past.
+		return statusResponse(req, http.StatusBadRequest, metav1.StatusReasonBadRequest,
+			"watch-list refused (injected): this process's first view is a list at resourceVersion "+t.tt.RV), nil
 	case stage == 0 && !watching && q.Get("resourceVersion") == "0" && q.Get("continue") == "":
 		// A cache's first list (a reflector lists from "0" first; a live read lists from "").
 		q.Set("resourceVersion", t.tt.RV)
@@ -122,12 +125,4 @@ func (j *journey) setStage(cache string, s int) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.stage[cache] = s
-}
-
-// refusal is a 400 answer, which a reflector does not retry.
-func refusal(req *http.Request, msg string) *http.Response {
-	body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":%q,"reason":"BadRequest","code":400}`, msg)
-	return &http.Response{StatusCode: http.StatusBadRequest, Status: "400 Bad Request", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(body)),
-		ContentLength: int64(len(body)), Request: req}
 }

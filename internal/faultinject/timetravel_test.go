@@ -3,12 +3,16 @@
 package faultinject
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestParseTimeTravel(t *testing.T) {
@@ -88,4 +92,26 @@ func TestTraveller(t *testing.T) {
 			t.Errorf("requests sent:\n%s\nwant:\n%s", strings.Join(rec.urls, "\n"), strings.Join(want, "\n"))
 		}
 	})
+}
+
+// TestStatusResponse: the injected refusals read, to a client, as the API server's own.
+func TestStatusResponse(t *testing.T) {
+	req, _ := http.NewRequest(http.MethodGet, "https://api/api/v1/configmaps?watch=1", nil)
+	for _, tc := range []struct {
+		resp  *http.Response
+		is    func(error) bool
+		code  int
+		names string
+	}{
+		{expiredResponse(req), apierrors.IsResourceExpired, http.StatusGone, "410 Gone"},
+		{statusResponse(req, http.StatusBadRequest, metav1.StatusReasonBadRequest, "no"), apierrors.IsBadRequest, http.StatusBadRequest, "400 Bad Request"},
+	} {
+		var st metav1.Status
+		if err := json.NewDecoder(tc.resp.Body).Decode(&st); err != nil {
+			t.Fatal(err)
+		}
+		if err := apierrors.FromObject(&st); !tc.is(err) || tc.resp.StatusCode != tc.code || tc.resp.Status != tc.names {
+			t.Errorf("%s: %v, status %d %q", tc.names, err, tc.resp.StatusCode, tc.resp.Status)
+		}
+	}
 }

@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // faultyWatches applies watch faults to the watch requests that pass through it.
@@ -52,10 +54,15 @@ func (f *faultyWatches) RoundTrip(req *http.Request) (*http.Response, error) {
 // expiredResponse is the API server's answer to a watch from a resourceVersion it no longer has:
 // the reflector lists again.
 func expiredResponse(req *http.Request) *http.Response {
-	body := `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",` +
-		`"message":"too old resource version (injected)","reason":"Expired","code":410}`
-	return &http.Response{StatusCode: http.StatusGone, Status: "410 Gone", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(body)),
+	return statusResponse(req, http.StatusGone, metav1.StatusReasonExpired, "too old resource version (injected)")
+}
+
+// statusResponse is an answer of the API server that refuses req: a Status of code and reason.
+func statusResponse(req *http.Request, code int, reason metav1.StatusReason, msg string) *http.Response {
+	body, _ := json.Marshal(&metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status: metav1.StatusFailure, Message: msg, Reason: reason, Code: int32(code)})
+	return &http.Response{StatusCode: code, Status: fmt.Sprintf("%d %s", code, http.StatusText(code)), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(bytes.NewReader(body)),
 		ContentLength: int64(len(body)), Request: req}
 }
 

@@ -122,10 +122,9 @@ func (s *scenario) teardown(ctx context.Context, within time.Duration) {
 // go; then deletes the policy, which the operator must release.
 func (s *scenario) finish(ctx context.Context) {
 	GinkgoHelper()
+	releaseObjects(ctx, s.ns, s.objects...)
 	for _, name := range s.objects {
 		obj := s.object(name)
-		Expect(client.IgnoreNotFound(k8s.Patch(ctx, obj, client.RawPatch("application/merge-patch+json",
-			[]byte(`{"metadata":{"finalizers":null}}`))))).To(Succeed())
 		Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)) }, time.Minute, 100*time.Millisecond).
 			Should(BeTrue(), "%s did not go", name)
 	}

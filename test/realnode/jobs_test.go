@@ -101,6 +101,14 @@ func jobFailedReason(job *batchv1.Job) string {
 	return ""
 }
 
+// jobCreations returns the audit log's Jobs created in ns, by anyone (dry runs aside), in order.
+func jobCreations(ns string) []auditEvent {
+	return auditEvents(func(ev auditEvent) bool {
+		return ev.Verb == "create" && ev.ObjectRef.Resource == "jobs" && ev.ObjectRef.Namespace == ns &&
+			ev.ResponseStatus.Code == 201 && !strings.Contains(ev.RequestURI, "dryRun")
+	})
+}
+
 // jobsOfStep lists the Jobs a step of the run of target created.
 func jobsOfStep(ctx context.Context, ns string, target client.Object, step string) []batchv1.Job {
 	jobs := &batchv1.JobList{}
@@ -150,9 +158,6 @@ spec:
 		Expect(stepOf(run, step).Attempts).To(Equal(int32(1)), step)
 		Expect(jobsOfStep(ctx, ns, cm, step)).To(HaveLen(1), "the Jobs of step %s", step)
 	}
-	Expect(auditEvents(func(ev auditEvent) bool {
-		return ev.Verb == "create" && ev.ObjectRef.Resource == "jobs" && ev.ObjectRef.Namespace == ns &&
-			ev.ResponseStatus.Code == 201 && !strings.Contains(ev.RequestURI, "dryRun")
-	})).To(HaveLen(2), "one Job created per step, by either replica (the policy's dry runs aside)")
+	Expect(jobCreations(ns)).To(HaveLen(2), "one Job created per step, by either replica (the policy's dry runs aside)")
 	Expect(strings.TrimSpace(jobPodLog(ctx, &jobsOfStep(ctx, ns, cm, "slow")[0]))).To(Equal("slow"))
 }
