@@ -78,9 +78,11 @@ func upgradesInFlight(ctx SpecContext) {
 	By("down to the previous release (" + rev + ") with teardowns in flight")
 	rollOut(ctx, ns, "down", fmt.Sprintf("helm upgrade teardown-operator %s -n teardown-system --set image.repository=%s --set image.tag=previous --wait --timeout 3m", chart, repo), previousImage)
 
-	By("up to this release with teardowns in flight, as docs/operating.md installs it")
-	cmd := strings.Replace(docCommands("### Installing with Helm")[0], "helm install", "helm upgrade", 1) + " --wait --timeout 3m"
-	rollOut(ctx, ns, "up", cmd, repo+":"+appVersion())
+	By("up to this release with teardowns in flight, with docs/operating.md's upgrade command")
+	cmds := docBlock("### Installing with Helm", 1)
+	Expect(cmds).To(HaveLen(1))
+	Expect(cmds[0]).To(HavePrefix("helm upgrade teardown-operator charts/teardown-operator -n teardown-system"))
+	rollOut(ctx, ns, "up", cmds[0]+" --wait --timeout 3m", repo+":"+appVersion())
 }
 
 // rollOut starts the teardown of 3 objects, runs the helm upgrade cmd once every one is in its
