@@ -20,15 +20,19 @@ func (r *root) abandonCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "abandon KIND/NAME --reason \"...\"",
 		Short: "Break glass: let an object go without finishing its teardown",
-		Long: `Annotates the object ` + v1alpha1.AnnotationAbandon + `="<reason>": its runs skip their remaining
+		Long: `Annotates the object ` + v1alpha1.AnnotationAbandon + `="<you>: <reason>": its runs skip their remaining
 steps, are marked Abandoned, and release the object, whose deletion then completes. The reason
-is required and recorded in each run's status.abandonedBy. Prints the runs' resulting phase.`,
+is required and recorded, with who you are, in each run's status.abandonedBy. Abandoning a
+teardown deletes the object without its cleanup, so it takes RBAC verb delete on the object.
+Prints the runs' resulting phase.
+
+` + requestsDoc,
 		Example:           `  kubectl teardown abandon manageddatabase/orders -n shop --reason "INC-4211: provider API down, snapshot taken by hand"`,
 		Args:              exactArgs(1, "one KIND/NAME"),
 		ValidArgsFunction: r.completeTargets,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(reason) == "" {
-				return usageError("--reason is required: say who breaks glass and why; it is recorded in the run")
+				return usageError("--reason is required: say why you break glass; it is recorded in the run, with who you are")
 			}
 			if timeout <= 0 {
 				return usageError("--timeout %s: must be positive", timeout)
@@ -39,7 +43,7 @@ is required and recorded in each run's status.abandonedBy. Prints the runs' resu
 			return r.abandon(cmd.Context(), args[0], reason, timeout)
 		},
 	}
-	cmd.Flags().StringVar(&reason, "reason", "", "who breaks glass and why (required)")
+	cmd.Flags().StringVar(&reason, "reason", "", "why you break glass (required)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for the runs to be abandoned")
 	return cmd
 }
@@ -50,6 +54,9 @@ func (r *root) abandon(ctx context.Context, arg, reason string, timeout time.Dur
 		return err
 	}
 	obj := t.Object
+	if reason, err = r.kube.requestValue(ctx, reason); err != nil {
+		return err
+	}
 	patch := client.MergeFrom(obj.DeepCopy())
 	ann := obj.GetAnnotations()
 	if ann == nil {

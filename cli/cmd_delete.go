@@ -31,9 +31,10 @@ func (r *root) deleteCommand() *cobra.Command {
 		Short: "Request the deletion of an object whose teardown runs before the DELETE (trigger DeleteRequest)",
 		Long: `Objects protected by a policy with spec.trigger DeleteRequest refuse a plain kubectl delete: their
 pipeline runs while they are alive, and the operator deletes them once it succeeded. This command
-requests that, by annotating the object ` + v1alpha1.AnnotationDeleteRequested + `="<reason>" (the
-reason is recorded in each run's status.requestedBy), then waits until the object is gone and
-prints each run's outcome.
+requests that, by annotating the object ` + v1alpha1.AnnotationDeleteRequested + `="<you>: <reason>" (recorded
+in each run's status.requestedBy), then waits until the object is gone and prints each run's
+outcome. Requesting a deletion takes RBAC verb delete on the object, as deleting it would.
+` + requestsDoc + `
 
 If a pipeline fails the object stays as it was: fix the cause and run kubectl teardown retry, or
 withdraw the request with --withdraw, which cancels the runs not finished. Requesting again after
@@ -41,7 +42,7 @@ that starts the pipelines over from their first step.
 
 Exits 0 once the object is gone (or, with --wait=false, once the request is recorded), 1 when a
 run failed or was cancelled or the wait timed out, 2 on bad input.`,
-		Example: `  kubectl teardown delete kafkatopic.kafka.strimzi.io/orders -n shop --reason "alice: topic retired, INC-4312"
+		Example: `  kubectl teardown delete kafkatopic.kafka.strimzi.io/orders -n shop --reason "topic retired, INC-4312"
   kubectl teardown delete bucket.s3.services.k8s.aws/assets -n shop --withdraw`,
 		Args:              exactArgs(1, "one KIND/NAME"),
 		ValidArgsFunction: r.completeTargets,
@@ -50,7 +51,7 @@ run failed or was cancelled or the wait timed out, 2 on bad input.`,
 			case o.withdraw && o.reason != "":
 				return usageError("--withdraw takes no --reason: it removes the request")
 			case !o.withdraw && strings.TrimSpace(o.reason) == "":
-				return usageError("--reason is required: say who asks and why; it is recorded in the runs")
+				return usageError("--reason is required: say why; it is recorded in the runs, with who you are")
 			case o.timeout <= 0:
 				return usageError("--timeout %s: must be positive", o.timeout)
 			}
@@ -60,7 +61,7 @@ run failed or was cancelled or the wait timed out, 2 on bad input.`,
 			return r.requestDelete(cmd.Context(), args[0], o)
 		},
 	}
-	cmd.Flags().StringVar(&o.reason, "reason", "", "who asks and why (required unless --withdraw)")
+	cmd.Flags().StringVar(&o.reason, "reason", "", "why (required unless --withdraw)")
 	cmd.Flags().BoolVar(&o.withdraw, "withdraw", false, "withdraw the request: cancel the runs not finished, keep the object")
 	cmd.Flags().BoolVar(&o.wait, "wait", true, "wait until the object is gone or a run fails")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait")
@@ -98,6 +99,9 @@ func (r *root) requestDelete(ctx context.Context, arg string, o *deleteOptions) 
 		if o.withdraw {
 			delete(ann, v1alpha1.AnnotationDeleteRequested)
 		} else {
+			if o.reason, err = r.kube.requestValue(ctx, o.reason); err != nil {
+				return err
+			}
 			ann[v1alpha1.AnnotationDeleteRequested] = o.reason
 		}
 		obj.SetAnnotations(ann)

@@ -31,6 +31,7 @@ func (r *root) retryCommand() *cobra.Command {
 		Long: `Asks the operator to resume a Failed run that keeps its object, at the step that failed (steps that
 succeeded are not run again), by annotating the run ` + v1alpha1.AnnotationRetry + `. Fix the cause
 first. Then waits for the operator's answer and, unless --wait=false, follows the run to its end.
+` + requestsDoc + `
 
 Exits 0 once the run succeeded (with --wait=false, once the operator accepted the retry and the
 run goes on), 1 when the operator refused the retry, the run failed again, or the wait timed
@@ -80,6 +81,11 @@ func (r *root) failedRun(ctx context.Context, arg string) (*v1alpha1.TeardownRun
 // retry annotates the run, waits for the operator to take the annotation away, and follows the
 // run it resumed.
 func (r *root) retry(ctx context.Context, run *v1alpha1.TeardownRun, o *retryOptions) error {
+	value, err := r.kube.requestValue(ctx, o.reason)
+	if err != nil {
+		return err
+	}
+	o.reason = value
 	patch := client.MergeFrom(run.DeepCopy())
 	if run.Annotations == nil {
 		run.Annotations = map[string]string{}
@@ -97,7 +103,7 @@ func (r *root) retry(ctx context.Context, run *v1alpha1.TeardownRun, o *retryOpt
 	defer cancel()
 	before := run.Status.Retries
 	key := client.ObjectKeyFromObject(run)
-	err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
 		if err := r.kube.client.Get(ctx, key, run); err != nil {
 			return false, apiError(err)
 		}

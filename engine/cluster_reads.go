@@ -25,6 +25,8 @@ type clusterReads struct {
 	// UID comes with every target event and every target reconcile, and the cache reader's List
 	// (a field selector parsed, a list built by reflection) was 4-5% of the operator's CPU.
 	runs toolscache.Indexer
+	// requests says since when request annotations are trusted (requests.go).
+	requests *requestTrust
 }
 
 // runIndexers index the cached runs by target UID and by policy key.

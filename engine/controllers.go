@@ -148,8 +148,7 @@ func (e *Engine) setupRuns(mgr manager.Manager) error {
 	return runs.
 		// A run's own status writes must not wake it: its next check time is in the status and
 		// it is requeued for it. Creation, deletion, finalizer changes and a retry request do.
-		// (Its spec never changes; without a status subresource, its generation counts status
-		// writes, so it says nothing here.)
+		// (Its spec never changes, so its generation says nothing here.)
 		For(&v1alpha1.TeardownRun{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: func(ev event.UpdateEvent) bool {
 			o, n := ev.ObjectOld, ev.ObjectNew
 			return (o.GetDeletionTimestamp() == nil) != (n.GetDeletionTimestamp() == nil) || !slices.Equal(o.GetFinalizers(), n.GetFinalizers()) ||

@@ -10,6 +10,7 @@ package engine
 // +kubebuilder:rbac:groups=teardown.dev,resources=teardownpolicies;clusterteardownpolicies,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=teardown.dev,resources=teardownpolicies/status;clusterteardownpolicies/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=teardown.dev,resources=teardownruns,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=teardown.dev,resources=teardownruns/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=*,resources=*,verbs=get;list;watch;patch;update;delete
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingadmissionpolicies;mutatingadmissionpolicybindings,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch

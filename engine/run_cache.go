@@ -35,8 +35,7 @@ func CacheOptions(opts cache.Options) cache.Options {
 const trimmedInCache = "teardown.dev/trimmed-in-cache"
 
 // trimRun drops from a cached run what nothing reads from the cache. Managed fields go, unless
-// they say something the engine checks: a status field written by another manager (trusted) or
-// who asked for a retry. A finished run that released its target keeps only what cleanup and the
+// the run asks for a retry (when the request was made is read from them). A finished run that released its target keeps only what cleanup and the
 // policy counts read, until it is labelled released and leaves the cache (longer when what its
 // steps made is still to be let go).
 func trimRun(obj any) (any, error) {
@@ -45,7 +44,7 @@ func trimRun(obj any) (any, error) {
 		return obj, nil
 	}
 	retry := run.Annotations[v1alpha1.AnnotationRetry] != ""
-	if !retry && foreignStatusWriter(run) == "" {
+	if !retry {
 		run.ManagedFields = nil
 	}
 	phase := run.Status.Phase

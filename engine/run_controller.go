@@ -110,6 +110,12 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	if err != nil || cached == nil {
 		return reconcile.Result{}, err
 	}
+	if wait := unwrittenWait(cached, time.Now()); wait > 0 && trusted(r.runNamespace, cached) == nil {
+		// Looked at again soon: the status is normally written a moment after the create, and
+		// its write does not wake this controller. (A run that cannot be trusted is rejected at
+		// once: the operator did not make it.)
+		return reconcile.Result{RequeueAfter: min(wait, conflictRetry)}, nil
+	}
 	p, facts, err := r.read(ctx, cached)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -135,6 +141,22 @@ func (r *runReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	return res, nil
 }
 
+// unwrittenGrace is how long a run created without its status yet (Phase "") is left to its
+// deletion's first pass, which writes the status, or adopts the run after a crash or a failed
+// write (runReconciler.record). A pass of the run controller meanwhile would run the steps beside
+// it, and call again what that pass is recording. Past it, the run controller takes the run over:
+// a deletion that is not passed again (its object gone, say) must not leave the run as it is.
+const unwrittenGrace = 30 * time.Second
+
+// unwrittenWait is how long the run controller leaves run alone: until unwrittenGrace after its
+// creation while it has no status, else 0.
+func unwrittenWait(run *v1alpha1.TeardownRun, now time.Time) time.Duration {
+	if run.Status.Phase != "" {
+		return 0
+	}
+	return max(0, run.CreationTimestamp.Add(unwrittenGrace).Sub(now))
+}
+
 // recordTimeout bounds the writes that record a pass once a shutdown has begun.
 const recordTimeout = 10 * time.Second
 
@@ -158,8 +180,10 @@ func (r *runReconciler) read(ctx context.Context, cached *v1alpha1.TeardownRun) 
 	}
 	if v := cached.Annotations[v1alpha1.AnnotationRetry]; v != "" {
 		facts.Retry = v
+		req, _ := r.reads.readRequest(ctx, cached, v1alpha1.AnnotationRetry)
+		facts.RetryBy, facts.RetryUntrusted = req.user, req.untrusted
 		if mf := policy.ManagedEntry(cached, "f:metadata", "f:annotations", "f:"+v1alpha1.AnnotationRetry); mf != nil {
-			facts.RetryBy, facts.RetryAt = mf.Manager, mf.Time
+			facts.RetryAt = mf.Time
 		}
 	}
 	if cached.Status.Phase.Finished() && cached.Status.Phase.Releases(cached.Spec.Pipeline.FailurePolicy) {
@@ -173,11 +197,12 @@ func (r *runReconciler) read(ctx context.Context, cached *v1alpha1.TeardownRun) 
 		return nil, facts, err
 	}
 	p.target, facts.TargetGone = target, target == nil
-	facts.BreakGlass = r.breakGlass(cached, target)
+	facts.BreakGlass = r.breakGlass(ctx, cached, target)
 	if target != nil {
 		facts.TargetDeleting = target.DeletionTimestamp != nil
 		if cached.Spec.Trigger == v1alpha1.TriggerDeleteRequest {
-			facts.Requested = r.reads.deleteRequest(ctx, target)
+			// A cancelled run restarts on a new request, read live (authors) and verified.
+			facts.Requested, _ = r.reads.deleteRequest(ctx, target, authors)
 		}
 	}
 	// Every run still holding its object may end (again): a retry or a new request runs its steps,
@@ -205,28 +230,6 @@ func (r *runReconciler) apply(ctx context.Context, p *pass, res *reconcile.Resul
 	r.flushEvents(ctx, p)
 	r.releaseSettled(ctx, p)
 	r.trackWatches(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(p.run)}, p.out.Watch)
-}
-
-// breakGlass returns who asked to abandon the run, or "".
-func (r *runReconciler) breakGlass(run *v1alpha1.TeardownRun, target *metav1.PartialObjectMetadata) string {
-	if target != nil {
-		if v := target.Annotations[v1alpha1.AnnotationAbandon]; v != "" {
-			who := fmt.Sprintf("annotation %s=%q on the target", v1alpha1.AnnotationAbandon, v)
-			if m := policy.ManagerOf(target, "f:metadata", "f:annotations", "f:"+v1alpha1.AnnotationAbandon); m != "" {
-				who += ", set by field manager " + m
-			}
-			return who
-		}
-	}
-	ref := run.Spec.PolicyRef
-	if c := r.policies.Get(policy.KeyOf(ref)); c != nil && c.Suspended && c.UID == ref.UID {
-		who := fmt.Sprintf("spec.suspend on %s %s", ref.Kind, ref.Name)
-		if c.SuspendedBy != "" {
-			who += ", set by field manager " + c.SuspendedBy
-		}
-		return who
-	}
-	return ""
 }
 
 // flushEvents records a written pass's events on the run and on its target.
@@ -295,6 +298,11 @@ func (r *runReconciler) readRun(ctx context.Context, key types.NamespacedName) (
 		// version of is forgotten when the cache lets it go: see forgetRun.)
 		r.written.Forget(key)
 	}
+	if err == nil && run.Labels[v1alpha1.LabelReleased] != "" && run.Status.Phase != "" && !releasedRecord(run) && trusted(r.runNamespace, run) == nil {
+		// Labelled released by someone else while its teardown goes on: the label is taken
+		// back, and the run, cached again, passed again.
+		return nil, r.unlabelReleased(ctx, run)
+	}
 	if gone || err == nil && run.Labels[v1alpha1.LabelReleased] != "" {
 		r.trackWatches(reconcile.Request{NamespacedName: key}, nil)
 		return nil, nil
@@ -307,9 +315,20 @@ func (r *runReconciler) readRun(ctx context.Context, key types.NamespacedName) (
 
 // forgetRun drops what this engine remembers of a run's last write once the cache has let the
 // run go (deleted, or labelled released): the cache serves no version of it any more, so no
-// reconcile can take an older one for the latest.
+// reconcile can take an older one for the latest. A run that left the cache while its status
+// says it goes on was deleted by hand, or labelled released by someone else: it is read again
+// from the API server (readRun takes such a label back).
 func (r *runReconciler) forgetRun(_ context.Context, ev event.DeleteEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	r.written.Forget(client.ObjectKeyFromObject(ev.Object))
+	key := client.ObjectKeyFromObject(ev.Object)
+	// The event may carry the run as the cache last had it, before the label: its status says
+	// whether it had released its object.
+	if run, ok := ev.Object.(*v1alpha1.TeardownRun); ok && !ev.DeleteStateUnknown && run.Status.Phase != "" &&
+		!(run.Status.Phase.Finished() && run.Status.Phase.Releases(run.Spec.Pipeline.FailurePolicy)) {
+		r.written.Set(key, ownwrites.Unknown)
+		r.requeue.Add(reconcile.Request{NamespacedName: key})
+		return
+	}
+	r.written.Forget(key)
 }
 
 // readTarget returns the target's metadata, or nil once it is gone. The metadata informer serves
@@ -339,22 +358,37 @@ func (r *runReconciler) readTarget(ctx context.Context, key TargetKey, uid types
 	return live, nil
 }
 
-// commit writes the run status if the pass changed it. The patch is locked to the version read,
-// so a pass working from a stale cache cannot overwrite newer progress. A run that goes on holds
-// its own finalizer (v1alpha1.FinalizerRun, added in the same write): deleting its namespace
-// must not take it before it releases its target.
+// commit writes the run status if the pass changed it, through the status subresource. The patch
+// is locked to the version read, so a pass working from a stale cache cannot overwrite newer
+// progress. A run that goes on holds its own finalizer (v1alpha1.FinalizerRun), added before its
+// status is written: deleting its namespace must not take it before it releases its target.
 func (r *runReconciler) commit(ctx context.Context, p *pass) error {
 	if equality.Semantic.DeepEqual(p.orig.Status, p.run.Status) {
 		p.unwritten = true
 		return nil
 	}
-	if !p.run.Status.Phase.Finished() && p.run.DeletionTimestamp == nil {
-		controllerutil.AddFinalizer(p.run, v1alpha1.FinalizerRun)
+	if !p.run.Status.Phase.Finished() && p.run.DeletionTimestamp == nil && !slices.Contains(p.run.Finalizers, v1alpha1.FinalizerRun) {
+		if err := r.holdRun(ctx, p.run); err != nil {
+			return err
+		}
 	}
-	if err := r.client.Patch(ctx, p.run, client.MergeFromWithOptions(p.orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	base := p.run.DeepCopy()
+	base.Status = p.orig.Status
+	if err := r.client.Status().Patch(ctx, p.run, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
 	}
 	r.written.Set(client.ObjectKeyFromObject(p.run), p.run.ResourceVersion)
+	return nil
+}
+
+// holdRun adds the run's own finalizer, at the version read, keeping the pass's edited status.
+func (r *runReconciler) holdRun(ctx context.Context, run *v1alpha1.TeardownRun) error {
+	held := run.DeepCopy()
+	controllerutil.AddFinalizer(held, v1alpha1.FinalizerRun)
+	if err := r.client.Patch(ctx, held, client.MergeFromWithOptions(run, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("adding finalizer %s: %w", v1alpha1.FinalizerRun, err)
+	}
+	run.Finalizers, run.ResourceVersion = held.Finalizers, held.ResourceVersion
 	return nil
 }
 

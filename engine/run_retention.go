@@ -57,7 +57,9 @@ func (s *retentionSweeper) sweep(ctx context.Context) error {
 		}
 		for i := range page.Items {
 			run := &page.Items[i]
-			if expired(run, s.retention) {
+			// The label alone can be anyone's who may patch runs: a run is a record to delete
+			// only if its status (the operator's) says it released its object.
+			if releasedRecord(run) && expired(run, s.retention) {
 				pre := client.Preconditions{UID: &run.UID}
 				if err := s.client.Delete(ctx, run, pre); client.IgnoreNotFound(err) != nil {
 					return err

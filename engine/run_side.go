@@ -53,8 +53,13 @@ func (r *runReconciler) resumeRecorded(ctx context.Context, namespace, name stri
 			continue
 		}
 		key := client.ObjectKey{Namespace: ns, Name: name}
-		err := r.reader.Get(ctx, key, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TeardownRun"}})
+		run := &v1alpha1.TeardownRun{}
+		err := r.reader.Get(ctx, key, run)
 		switch {
+		case err == nil && run.Status.Phase == "":
+			// Created by a pass that stopped before its status write: not recorded. This
+			// deletion's first pass, started over, adopts it (record).
+			return false, nil
 		case err == nil:
 			return true, r.recorded(ctx, key)
 		case !apierrors.IsNotFound(err):

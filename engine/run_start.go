@@ -10,11 +10,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine/ownwrites"
 	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
 	"github.com/teardown-dev/teardown-operator/internal/naming"
@@ -45,7 +47,7 @@ func (r *runReconciler) start(ctx context.Context, s runStart) error {
 	}
 	run, c := s.run, s.policy
 	p := &pass{orig: run.DeepCopy(), run: run, tkey: s.key, target: s.target, pipe: c.Pipeline}
-	facts := pipeline.Facts{Now: time.Now(), Pipeline: c.Pipeline, Unborn: true, BreakGlass: r.breakGlass(run, s.target), Requested: s.requested,
+	facts := pipeline.Facts{Now: time.Now(), Pipeline: c.Pipeline, Unborn: true, BreakGlass: r.breakGlass(ctx, run, s.target), Requested: s.requested,
 		TargetDeleting: s.target.DeletionTimestamp != nil}
 	p.out = pipeline.Advance(ctx, run, facts)
 	ctx, cancel := recording(ctx)
@@ -162,10 +164,14 @@ func (r *runReconciler) recordedHere(c *policy.Compiled, key TargetKey, uid type
 	return false
 }
 
-// record creates the run with the status of its first pass. In a namespace being deleted,
-// where nothing can be created, it goes to the run namespace. It reports false when the run
-// was there already (the pass was a repeat, after a crash or a stale cache): that run goes on.
+// record creates the run, then writes the status of its first pass through the status subresource
+// (the create drops it). In a namespace being deleted, where nothing can be created, it goes to
+// the run namespace. It reports false when the run was there already with a status (the pass was
+// a repeat, after a crash or a stale cache): that run goes on. A run there without a status was
+// created by a pass that stopped before its status write: this pass, the same deletion's first,
+// writes it.
 func (r *runReconciler) record(ctx context.Context, run *v1alpha1.TeardownRun) (bool, error) {
+	status := run.Status.DeepCopy()
 	err := r.client.Create(ctx, run)
 	if apierrors.HasStatusCause(err, "NamespaceTerminating") && run.Namespace != r.runNamespace {
 		run.Namespace = r.runNamespace
@@ -174,13 +180,59 @@ func (r *runReconciler) record(ctx context.Context, run *v1alpha1.TeardownRun) (
 	}
 	switch {
 	case apierrors.IsAlreadyExists(err):
+		if adopted, err := r.adoptUnwritten(ctx, run, status); adopted || err != nil {
+			return adopted, err
+		}
 		return false, r.recorded(ctx, client.ObjectKeyFromObject(run))
 	case err != nil:
 		return false, fmt.Errorf("recording run %s/%s: %w", run.Namespace, run.Name, err)
 	}
 	if run.Labels[v1alpha1.LabelReleased] == "" {
-		r.written.Set(client.ObjectKeyFromObject(run), run.ResourceVersion)
+		r.written.Set(client.ObjectKeyFromObject(run), run.ResourceVersion) // its create event finds it known
 	}
+	return true, r.writeFirstStatus(ctx, run, status)
+}
+
+// writeFirstStatus writes a just created run's status. Until it is written the run says nothing
+// (Phase ""), and the run controller leaves it alone (unwrittenGrace): a crash in between leaves
+// a run that the next pass of its deletion adopts.
+func (r *runReconciler) writeFirstStatus(ctx context.Context, run *v1alpha1.TeardownRun, status *v1alpha1.TeardownRunStatus) error {
+	key := client.ObjectKeyFromObject(run)
+	run.Status = *status
+	if err := r.client.Status().Update(ctx, run); err != nil {
+		// The run is there; its next pass (the run controller's, or this deletion's again, which
+		// adopts it) starts it from the beginning, as a crash here would. A record is never
+		// cached: nothing would ever forget it.
+		if run.Labels[v1alpha1.LabelReleased] == "" {
+			r.written.Set(key, ownwrites.Unknown)
+		} else {
+			r.written.Forget(key)
+		}
+		return fmt.Errorf("recording the status of run %s/%s: %w", run.Namespace, run.Name, err)
+	}
+	if run.Labels[v1alpha1.LabelReleased] == "" {
+		r.written.Set(key, run.ResourceVersion)
+	} else {
+		r.written.Forget(key) // a record, never cached
+	}
+	return nil
+}
+
+// adoptUnwritten takes over a run of this deletion that exists without a status: its creator
+// stopped between the create and the status write. It reports whether it wrote this pass's
+// status to it.
+func (r *runReconciler) adoptUnwritten(ctx context.Context, run *v1alpha1.TeardownRun, status *v1alpha1.TeardownRunStatus) (bool, error) {
+	existing := &v1alpha1.TeardownRun{}
+	if err := r.reader.Get(ctx, client.ObjectKeyFromObject(run), existing); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	if existing.Status.Phase != "" || existing.Spec.Target.UID != run.Spec.Target.UID || trusted(r.runNamespace, existing) != nil {
+		return false, nil
+	}
+	if err := r.writeFirstStatus(ctx, existing, status); err != nil {
+		return false, err
+	}
+	existing.DeepCopyInto(run)
 	return true, nil
 }
 
@@ -191,7 +243,10 @@ func (r *runReconciler) recorded(ctx context.Context, key client.ObjectKey) erro
 	if err := r.reader.Get(ctx, key, existing); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if existing.Labels[v1alpha1.LabelReleased] == "" || trusted(r.runNamespace, existing) != nil {
+	if !releasedRecord(existing) || trusted(r.runNamespace, existing) != nil {
+		if existing.Labels[v1alpha1.LabelReleased] != "" && existing.Status.Phase != "" && trusted(r.runNamespace, existing) == nil {
+			return r.unlabelReleased(ctx, existing)
+		}
 		r.requeue.Add(reconcile.Request{NamespacedName: key})
 		return nil
 	}
@@ -201,6 +256,36 @@ func (r *runReconciler) recorded(ctx context.Context, key client.ObjectKey) erro
 		return fmt.Errorf("run %s: its object's deletion waits for its veto to be lifted", key)
 	}
 	return err
+}
+
+// unlabelReleased removes the released label from a run whose status says its teardown goes on:
+// someone else set it (the operator labels a run released only once it released its object).
+// Left there, it would keep the run out of the cache and its pipeline stopped.
+func (r *runReconciler) unlabelReleased(ctx context.Context, run *v1alpha1.TeardownRun) error {
+	path := "/metadata/labels/" + jsonPointerEscape(v1alpha1.LabelReleased)
+	data, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": run.UID},
+		{"op": "test", "path": path, "value": run.Labels[v1alpha1.LabelReleased]},
+		{"op": "remove", "path": path},
+	})
+	if err != nil {
+		return err
+	}
+	ctrl.LoggerFrom(ctx).Info("a run labelled released by someone else goes on: its status says its teardown is not done; label removed",
+		"run", client.ObjectKeyFromObject(run).String(), "phase", run.Status.Phase)
+	if err := r.client.Patch(ctx, run, client.RawPatch(types.JSONPatchType, data)); err != nil {
+		return fmt.Errorf("removing label %s from run %s/%s: %w", v1alpha1.LabelReleased, run.Namespace, run.Name, err)
+	}
+	return nil
+}
+
+// releasedRecord reports whether a run is the record of a teardown that released its object: the
+// operator labelled it released, and its status (which only the operator writes) says the pipeline
+// ended in a phase that releases. The label alone, which whoever may patch runs can set, is not
+// enough.
+func releasedRecord(run *v1alpha1.TeardownRun) bool {
+	st := run.Status
+	return run.Labels[v1alpha1.LabelReleased] != "" && st.Phase.Finished() && st.Phase.Releases(run.Spec.Pipeline.FailurePolicy)
 }
 
 // policyEvents sends a pass that succeeded at once to its policy, as one event that the events

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 )
@@ -91,5 +93,27 @@ func TestPlanRecord(t *testing.T) {
 				t.Errorf("planRecord (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A run without its status yet is left to its deletion's first pass for unwrittenGrace after its
+// creation; one with a status, or older, is passed at once.
+func TestUnwrittenWait(t *testing.T) {
+	created := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	run := &v1alpha1.TeardownRun{}
+	run.CreationTimestamp = metav1.NewTime(created)
+	for _, tc := range []struct {
+		phase v1alpha1.RunPhase
+		after time.Duration
+		want  time.Duration
+	}{
+		{"", time.Second, unwrittenGrace - time.Second},
+		{"", unwrittenGrace + time.Second, 0},
+		{v1alpha1.RunRunning, time.Second, 0},
+	} {
+		run.Status.Phase = tc.phase
+		if got := unwrittenWait(run, created.Add(tc.after)); got != tc.want {
+			t.Errorf("phase %q, %s after its creation: wait %s, want %s", tc.phase, tc.after, got, tc.want)
+		}
 	}
 }

@@ -197,7 +197,7 @@ func (r *targetReconciler) startRun(ctx context.Context, key TargetKey, obj *met
 	}
 	p := r.registry.Get(pkey)
 	switch {
-	case p == nil && obj.Annotations[v1alpha1.AnnotationAbandon] != "":
+	case p == nil && obj.Annotations[v1alpha1.AnnotationAbandon] != "" && r.abandonTrusted(ctx, key, obj):
 		return reconcile.Result{}, r.releaseWithoutRun(ctx, key, obj, finalizer, pipeline.Eventf(true, v1alpha1.ReasonAbandoned,
 			"%s is invalid and %s is set (%q): finalizer removed without a run", pkey, v1alpha1.AnnotationAbandon, obj.Annotations[v1alpha1.AnnotationAbandon]))
 	case p == nil:
@@ -226,6 +226,23 @@ func (r *targetReconciler) releaseWithoutRun(ctx context.Context, key TargetKey,
 	return nil
 }
 
+// abandonTrusted reports whether the abandon annotation on a deleted object whose policy is
+// invalid (so no run reads it) is a request the admission policy that checks requests admitted;
+// when not, an event says why. The object is read from the API server: the cache has no managed
+// fields, which say when it was set.
+func (r *targetReconciler) abandonTrusted(ctx context.Context, key TargetKey, obj *metav1.PartialObjectMetadata) bool {
+	live := metaRef(key.GVK(), key.Namespace, key.Name)
+	if err := r.reader.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, live); err != nil || live.UID != obj.UID {
+		return false
+	}
+	req, ok := r.reads.readRequest(ctx, live, v1alpha1.AnnotationAbandon)
+	if ok && req.untrusted != "" {
+		r.events.Emit(ctx, targetRef(key, obj), nil, key.Namespace, pipeline.Eventf(true, v1alpha1.ReasonRequestIgnored,
+			"Break glass not acted on: %s", req.untrusted))
+	}
+	return ok && req.untrusted == ""
+}
+
 // createRun starts the TeardownRun for this deletion (see runReconciler.start). Its name is derived
 // from the policy and the target's UID, so a repeat finds the run already there. Where it goes and
 // what its first pass starts from is planStart's decision.
@@ -247,8 +264,13 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 	}
 	var requested string
 	if p.TwoPhase() {
-		if requested = r.reads.deleteRequest(ctx, live); requested == "" {
-			return nil // withdrawn meanwhile
+		var untrusted string
+		if requested, untrusted = r.reads.deleteRequest(ctx, live, true); requested == "" {
+			if untrusted != "" {
+				r.events.Emit(ctx, targetRef(key, obj), nil, key.Namespace, pipeline.Eventf(true, v1alpha1.ReasonRequestIgnored,
+					"Delete request not acted on: %s", untrusted))
+			}
+			return nil // withdrawn meanwhile, or not one admission checked
 		}
 	} else if live.GetDeletionTimestamp() == nil {
 		return nil

@@ -24,31 +24,41 @@ import (
 // (no admission policy installed), the pipeline still runs before it goes, as with the trigger
 // Finalizer.
 
-// deleteRequest says who requests the deletion of obj: the delete-requested annotation (with
-// the field manager that set it, when obj carries its managed fields), the object's own deletion,
-// or its namespace's. "" means nobody does.
-func (c clusterReads) deleteRequest(ctx context.Context, obj client.Object) string {
+// deleteRequest says who requests the deletion of obj: the delete-requested annotation, the
+// object's own deletion, or its namespace's; "" means nobody does, and untrusted then says why a
+// delete-requested annotation on it is not acted on. With verify, the annotation counts only as the
+// admission policy teardown.dev-requests admitted it (readRequest), which takes obj read from the
+// API server with its managed fields; without, its presence is enough: a run that goes on had its
+// request verified when it started, and only a withdrawal matters then.
+func (c clusterReads) deleteRequest(ctx context.Context, obj client.Object, verify bool) (who, untrusted string) {
 	if obj.GetDeletionTimestamp() != nil {
-		return "the deletion of the object"
+		return "the deletion of the object", ""
 	}
 	if v, ok := obj.GetAnnotations()[v1alpha1.AnnotationDeleteRequested]; ok {
-		who := fmt.Sprintf("annotation %s=%q", v1alpha1.AnnotationDeleteRequested, v)
-		if m := policy.ManagerOf(obj, "f:metadata", "f:annotations", "f:"+v1alpha1.AnnotationDeleteRequested); m != "" {
-			who += ", set by field manager " + m
+		if !verify {
+			return fmt.Sprintf("annotation %s=%q", v1alpha1.AnnotationDeleteRequested, v), ""
 		}
-		return who
+		req, _ := c.readRequest(ctx, obj, v1alpha1.AnnotationDeleteRequested)
+		if req.untrusted == "" {
+			return req.who, ""
+		}
+		untrusted = req.untrusted
 	}
 	if c.namespaceTerminating(ctx, obj.GetNamespace()) {
-		return "the deletion of namespace " + obj.GetNamespace()
+		return "the deletion of namespace " + obj.GetNamespace(), ""
 	}
-	return ""
+	return "", untrusted
 }
 
 // armed reports whether a two-phase policy's veto is on obj: the policy protects it, nobody
 // broke glass on it (the abandon annotation lifts the veto, so that a plain delete goes through),
-// and its pipeline has not succeeded (the run that deletes it lifts the veto for its DELETE).
+// its pipeline has not succeeded (the run that deletes it lifts the veto for its DELETE), and it
+// is not an invalid policy being deleted.
 func armed(p *policy.Compiled, obj metav1.Object, want map[string]bool) bool {
 	ann := obj.GetAnnotations()
+	if p.Deleting && p.Pipeline == nil {
+		return false // being deleted and invalid: nothing can run, so nothing is held for it
+	}
 	return p.TwoPhase() && p.InScope(obj.GetNamespace()) && want[p.Finalizer] && ann[v1alpha1.AnnotationAbandon] == "" &&
 		ann[v1alpha1.AnnotationDeletedByRun] != naming.RunName(p.Key.Kind, p.Key.Namespace, p.Key.Name, obj.GetName(), obj.GetUID())
 }
@@ -58,7 +68,7 @@ func armingMessage(p policy.Key, key TargetKey, requested bool) string {
 	if requested {
 		return fmt.Sprintf("%s: deletion requested; the operator deletes the object once its teardown pipeline succeeded (kubectl teardown status %s)", p, objectArg(key))
 	}
-	return fmt.Sprintf("%s: this object is deleted after its teardown pipeline: request it with `kubectl teardown delete %s --reason <why>` or annotate it %s=\"<who>: <why>\"",
+	return fmt.Sprintf("%s: this object is deleted after its teardown pipeline: request it with `kubectl teardown delete %s --reason <why>` or annotate it %s=\"<your user name>: <why>\"",
 		p, objectArg(key), v1alpha1.AnnotationDeleteRequested)
 }
 
@@ -89,11 +99,17 @@ func (r *targetReconciler) requests(ctx context.Context, key TargetKey, obj *met
 	for _, p := range r.registry.ForGVK(key.GVK()) {
 		// Finalizers name a policy within its namespace: a namespaced policy of the same name
 		// elsewhere is not this object's.
-		if !p.TwoPhase() || !p.InScope(key.Namespace) || p.Suspended || p.Deleting || !slices.Contains(obj.Finalizers, p.Finalizer) {
+		if !p.TwoPhase() || !p.InScope(key.Namespace) || p.Suspended || !slices.Contains(obj.Finalizers, p.Finalizer) {
 			continue
 		}
+		if p.Deleting && (p.Pipeline == nil || !(p.Key.Namespaced() && r.reads.namespaceTerminating(ctx, p.Key.Namespace))) {
+			continue // its finalizer goes, and its veto with it (armed); an invalid one has nothing to run
+		}
+		// A TeardownPolicy deleted with its namespace keeps its objects armed (desiredFinalizers):
+		// the namespace's deletion is their request, or its veto would hold the namespace for ever.
 		if requested == "" {
-			if requested = r.reads.deleteRequest(ctx, obj); requested == "" {
+			// A first look, from the cache: createRun reads the request as admission checked it.
+			if requested, _ = r.reads.deleteRequest(ctx, obj, false); requested == "" {
 				return nil
 			}
 		}
@@ -115,12 +131,12 @@ func (r *targetReconciler) requests(ctx context.Context, key TargetKey, obj *met
 	return nil
 }
 
-// requestChanged reports whether a live object's delete request was made or withdrawn.
+// requestChanged reports whether a live object's delete request was made, made again or withdrawn.
 func requestChanged(ev watch.Event) bool {
 	if ev.Old == nil {
 		return false
 	}
-	_, had := ev.Old.Annotations[v1alpha1.AnnotationDeleteRequested]
-	_, has := ev.Object.Annotations[v1alpha1.AnnotationDeleteRequested]
-	return had != has
+	before, had := ev.Old.Annotations[v1alpha1.AnnotationDeleteRequested]
+	after, has := ev.Object.Annotations[v1alpha1.AnnotationDeleteRequested]
+	return had != has || before != after // a new value is a new request (one not trusted, set again)
 }

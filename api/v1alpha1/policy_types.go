@@ -112,7 +112,7 @@ type TeardownPolicySpec struct {
 	// still leaves an unsampled "teardown ended" log line (the audit trail to ship to a log
 	// store), the metrics, and a line in this policy's status.teardowns and
 	// status.recentTeardowns. It costs the API server one write, the release, where All costs
-	// two (the run and the release; docs/benchmarks.md). All records a run for every deletion:
+	// three (the run, its status, and the release; docs/benchmarks.md). All records a run for every deletion:
 	// the audit mode; a run that ends in its first pass is then the record, with no event on
 	// the object (the policy's series counts them). Always and OnFailure, the earlier names of All and
 	// SkipImmediateSuccess, are still accepted. A two-phase policy (trigger DeleteRequest)

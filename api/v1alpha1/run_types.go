@@ -148,7 +148,8 @@ type StepStatus struct {
 type RunRetry struct {
 	// time the retry started.
 	Time metav1.Time `json:"time"`
-	// requestedBy is the teardown.dev/retry annotation's value and the field manager that set it.
+	// requestedBy is the teardown.dev/retry annotation's value and the user who set it, as the
+	// admission policy teardown.dev-requests authenticated them.
 	RequestedBy string `json:"requestedBy"`
 	// requestedAt is when the annotation was set (from the run's managed fields): a request is
 	// acted on once.
@@ -179,15 +180,17 @@ type TeardownRunStatus struct {
 	// deadline is when the whole pipeline times out.
 	// +optional
 	Deadline *metav1.MicroTime `json:"deadline,omitempty"`
-	// requestedBy says who requested the deletion of a run with trigger DeleteRequest: the
-	// teardown.dev/delete-requested annotation's value and the field manager that set it, or
-	// the deletion of the object or of its namespace.
+	// requestedBy says who requested the deletion of a run with trigger DeleteRequest: the user
+	// who set the teardown.dev/delete-requested annotation (as the admission policy
+	// teardown.dev-requests authenticated them) and why, or the deletion of the object or of its
+	// namespace.
 	// +optional
 	RequestedBy string `json:"requestedBy,omitempty"`
 	// cancelledBy says why a run with trigger DeleteRequest was cancelled.
 	// +optional
 	CancelledBy string `json:"cancelledBy,omitempty"`
-	// abandonedBy says who broke glass, and how.
+	// abandonedBy says who broke glass (the user who set teardown.dev/abandon, as the admission
+	// policy teardown.dev-requests authenticated them, and why), or how (spec.suspend).
 	// +optional
 	AbandonedBy string `json:"abandonedBy,omitempty"`
 	// retries is how many times the run was retried after it failed (annotation
@@ -265,13 +268,16 @@ type RunEnding struct {
 
 // TeardownRun records the teardown pipeline run for one deletion of one target by one policy.
 // A Failed run that keeps its object (failurePolicy Retain) resumes at the step that failed, with
-// fresh attempts, when annotated `teardown.dev/retry=<who and why>`; the operator records the
-// retry in status.lastRetry and removes the annotation. Annotate the object
-// `teardown.dev/abandon=<who and why>` instead to release it without the rest of the cleanup.
+// fresh attempts, when annotated `teardown.dev/retry=<your user name>: <why>`; the operator records
+// the retry in status.lastRetry and removes the annotation. Annotate the object
+// `teardown.dev/abandon=<your user name>: <why>` instead to release it without the rest of the
+// cleanup (it takes RBAC verb delete on the object).
 //
-// Only the operator writes runs, and it writes a run that ends in its first pass in one create,
-// status included: so TeardownRun has no status subresource.
+// Only the operator writes a run's status, through the status subresource, which no role but the
+// operator's grants: what a run records (approvals, step states, who broke glass) decides what the
+// operator does next, so nobody who may annotate a run may write it.
 // +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=tdr,categories=teardown
 // +kubebuilder:printcolumn:name="Policy",type=string,JSONPath=`.spec.policyRef.name`
 // +kubebuilder:printcolumn:name="Kind",type=string,JSONPath=`.spec.target.kind`

@@ -4,19 +4,22 @@ package v1alpha1
 // reasons the operator reads and writes. They are part of the API (users select, alert and
 // script on them) and never change once shipped; tools and tests read them from here.
 
-// Annotations users set.
+// Annotations users set: requests. Each value is "<user>: <why>", <user> being the user name the
+// API server authenticated for the write; the admission policy RequestsPolicyName admits no other
+// value (and, for AnnotationAbandon and AnnotationDeleteRequested, only from a user RBAC lets
+// delete the object), and the operator acts on none while that policy is not in force.
 const (
 	// AnnotationAbandon on a target breaks glass: its runs skip their remaining steps and release
-	// the target. The value should say who asks and why; it is recorded in the run.
+	// the target. Who and why are recorded in the run.
 	AnnotationAbandon = "teardown.dev/abandon"
 	// AnnotationRetry on a Failed run that keeps its object resumes the pipeline at the step that
-	// failed, with fresh attempts. The value should say who asks and why; it is recorded in the
-	// run, and the operator removes the annotation once the retry is recorded.
+	// failed, with fresh attempts. Who and why are recorded in the run, and the operator removes
+	// the annotation once the retry is recorded.
 	AnnotationRetry = "teardown.dev/retry"
 	// AnnotationDeleteRequested on an object protected by a policy with trigger DeleteRequest
 	// requests its deletion: the operator runs the pipeline with the object alive and deletes it
-	// once the pipeline succeeded. The value should say who asks and why ("<who>: <why>"); it is
-	// recorded in the run. Removing it before the pipeline succeeded cancels the run.
+	// once the pipeline succeeded. Who and why are recorded in the run. Removing it before the
+	// pipeline succeeded cancels the run.
 	AnnotationDeleteRequested = "teardown.dev/delete-requested"
 )
 
@@ -126,6 +129,12 @@ const (
 	ApproveVerb = "approve"
 )
 
+// The admission policy that checks requests (config/admission/requests.yaml): the annotations
+// AnnotationDeleteRequested and AnnotationAbandon are admitted only from users RBAC lets delete the
+// object, and every request's value must start with the user name of whoever sets it ("<user>:
+// <why>"). The operator acts on no request while it is missing.
+const RequestsPolicyName = "teardown.dev-requests"
+
 // Reasons of a policy's ProtectedFromCreation condition.
 const (
 	// ReasonArmedAtAdmission: the policy's MutatingAdmissionPolicy and its binding are in place.
@@ -199,6 +208,10 @@ const (
 	ReasonRetryRefused     = "RetryRefused"
 	// ReasonDeleteRequested: a delete request started (or restarted) a DeleteRequest run.
 	ReasonDeleteRequested = "DeleteRequested"
+	// ReasonRequestIgnored: a request annotation (delete-requested, abandon) is not acted on, for
+	// the admission policy RequestsPolicyName did not check it (missing, or set before it was in
+	// force); the note says why.
+	ReasonRequestIgnored = "RequestIgnored"
 	// ReasonDeleteRequestBlocked: a delete request waits while a deletion guard holds.
 	ReasonDeleteRequestBlocked = "DeleteRequestBlocked"
 	// ReasonCancelled: a delete request was withdrawn and its run cancelled.

@@ -3,6 +3,7 @@ package lint
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -31,13 +32,18 @@ const (
 	// MutatingAdmissionPolicy (a function or variable the API server lacks), so objects are armed
 	// only once the operator sees them, not at creation.
 	RiskMatchNotAdmissible = "match-not-admissible"
+	// RiskObjectChosenTarget: a resource step deletes or patches objects named or selected by
+	// values interpolated from what whoever creates the target chooses (its name, labels,
+	// annotations, data): another owner's objects with those values are acted on too.
+	RiskObjectChosenTarget = "object-chosen-target"
 	// RiskUnknownIgnore: the ignore annotation names a code that is no risk's (a typo ignores
 	// nothing).
 	RiskUnknownIgnore = "unknown-ignore"
 )
 
 // RiskCodes are the codes a policy may accept with the ignore annotation.
-var RiskCodes = []string{RiskUnboundedWait, RiskRetainWithoutTimeout, RiskJobWithoutDeadline, RiskSecretOverPlainHTTP, RiskKindNotServed, RiskUnsafeRead, RiskMatchNotAdmissible}
+var RiskCodes = []string{RiskUnboundedWait, RiskRetainWithoutTimeout, RiskJobWithoutDeadline, RiskSecretOverPlainHTTP, RiskKindNotServed, RiskUnsafeRead, RiskMatchNotAdmissible,
+	RiskObjectChosenTarget}
 
 // Risk is what compiles but is risky, at the field to change.
 type Risk struct {
@@ -69,6 +75,13 @@ func Risks(spec *v1alpha1.TeardownPolicySpec) []Risk {
 					break
 				}
 			}
+		}
+	}
+	for _, ps := range stepsOf(&spec.Pipeline) {
+		if field, what := objectChosenTarget(spec, ps.step); what != "" {
+			add(RiskObjectChosenTarget, ps.path.Child("resource", "target", field),
+				"step %q %s objects picked by %s, which whoever creates the object chooses: objects of another owner with the same values are acted on too; pick them by what their owning controller sets (its spec.selector, owner references)",
+				ps.step.Name, map[v1alpha1.ResourceAction]string{v1alpha1.ResourceDelete: "deletes", v1alpha1.ResourcePatch: "patches"}[ps.step.Resource.Action], what)
 		}
 	}
 	if !anyTimeout && (spec.FailurePolicy == "" || spec.FailurePolicy == v1alpha1.FailurePolicyRetain) {
@@ -120,4 +133,38 @@ func stepsOf(p *v1alpha1.Pipeline) []pathStep {
 		}
 	}
 	return out
+}
+
+// objectChosen are the parts of the object whoever creates it chooses freely.
+var objectChosen = regexp.MustCompile(`\bobject\.(metadata\.(name|generateName|labels|annotations)|data|stringData)\b`)
+
+// objectChosenTarget says, for a resource step that deletes or patches, which field of its target
+// (name or selector) and which value interpolate what the object's creator chooses; "" when none
+// does. The object itself, named by ${object.metadata.name} with its own kind, is not flagged.
+func objectChosenTarget(spec *v1alpha1.TeardownPolicySpec, s *v1alpha1.Step) (string, string) {
+	r := s.Resource
+	if r == nil || r.Target == nil || (r.Action != v1alpha1.ResourceDelete && r.Action != v1alpha1.ResourcePatch) {
+		return "", ""
+	}
+	t := r.Target
+	chosen := func(v string) bool { return strings.Contains(v, "${") && objectChosen.MatchString(v) }
+	self := strings.TrimSpace(t.Name) == "${object.metadata.name}" && t.Kind == spec.TargetRef.Kind && t.APIVersion == spec.TargetRef.APIVersion
+	if chosen(t.Name) && !self {
+		return "name", fmt.Sprintf("name %q", t.Name)
+	}
+	if sel := t.Selector; sel != nil {
+		for k, v := range sel.MatchLabels {
+			if chosen(v) {
+				return "selector", fmt.Sprintf("label %s=%q", k, v)
+			}
+		}
+		for _, e := range sel.MatchExpressions {
+			for _, v := range e.Values {
+				if chosen(v) {
+					return "selector", fmt.Sprintf("label %s %s %q", e.Key, e.Operator, v)
+				}
+			}
+		}
+	}
+	return "", ""
 }

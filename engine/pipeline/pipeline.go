@@ -33,9 +33,12 @@ type Facts struct {
 	TargetGone bool
 	// BreakGlass names who asked to abandon the run; empty if nobody did.
 	BreakGlass string
-	// Retry is the value of the run's retry annotation, and RetryBy the field manager that set
-	// it; empty when there is none.
+	// Retry is the value of the run's retry annotation, and RetryBy the user who set it, as the
+	// admission policy that checks requests authenticated them; empty when there is none.
 	Retry, RetryBy string
+	// RetryUntrusted says why the retry annotation is not acted on (that admission policy did
+	// not check it); "" when it is.
+	RetryUntrusted string
 	// RetryAt is when the retry annotation was set, if known.
 	RetryAt *metav1.Time
 	// Unborn says the run is not recorded yet: the pass stops before a step that needs it

@@ -24,6 +24,8 @@ func (p *pass) retryRequest(value string) bool {
 		return false
 	}
 	switch {
+	case p.f.RetryUntrusted != "":
+		return refuse(p.f.RetryUntrusted)
 	case !st.Phase.Finished():
 		return refuse(fmt.Sprintf("the run is %s, not Failed", phaseOrPending(st.Phase)))
 	case st.Phase != v1alpha1.RunFailed:
@@ -91,7 +93,7 @@ func (p *pass) resume(from int, value string) {
 	st := &p.run.Status
 	who := quoteRequest(value)
 	if p.f.RetryBy != "" {
-		who += ", set by field manager " + p.f.RetryBy
+		who += ", requested by " + p.f.RetryBy
 	}
 	failure := p.reset(from, who, p.f.RetryAt)
 	st.Message = fmt.Sprintf("retry %d: resuming at step %s", st.Retries, st.Steps[from].Name)

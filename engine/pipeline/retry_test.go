@@ -23,7 +23,7 @@ func failedRun(t *testing.T, fp v1alpha1.FailurePolicy) (*v1alpha1.TeardownRun, 
 		t.Fatalf("setup: %s", phases(run))
 	}
 	f := at(pipe, time.Hour)
-	f.Retry, f.RetryBy, f.RetryAt = "alice: fixed", "kubectl-annotate", &metav1.Time{Time: t0.Add(time.Hour)}
+	f.Retry, f.RetryBy, f.RetryAt = "alice: fixed", "alice", &metav1.Time{Time: t0.Add(time.Hour)}
 	return run, b, f
 }
 
@@ -42,6 +42,8 @@ func TestRetryRequest(t *testing.T) {
 		{"rejected", func(_ *v1alpha1.TeardownRun, f *Facts) { f.Rejected = errors.New("forged") }, "", "", "the run was rejected: forged"},
 		{"object gone", func(_ *v1alpha1.TeardownRun, f *Facts) { f.TargetGone = true }, "", "", "the object is gone"},
 		{"being abandoned", func(_ *v1alpha1.TeardownRun, f *Facts) { f.BreakGlass = "bob" }, "", "", "the object is being released by bob"},
+		{"not checked by admission", func(_ *v1alpha1.TeardownRun, f *Facts) { f.RetryUntrusted = "the admission policy is not installed" }, "", "",
+			"refused: the admission policy is not installed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,7 +74,7 @@ func TestRetryResumesWithFreshAttempts(t *testing.T) {
 	Advance(context.Background(), run, f)
 	st := run.Status
 	if st.Retries != 1 || st.LastRetry == nil || st.LastRetry.FromStep != "b" || st.LastRetry.Failure != "step b failed: 403" ||
-		st.LastRetry.RequestedBy != `"alice: fixed", set by field manager kubectl-annotate` {
+		st.LastRetry.RequestedBy != `"alice: fixed", requested by alice` {
 		t.Errorf("retry record = %+v", st.LastRetry)
 	}
 	if ss := st.Step("b"); ss.Attempts != 2 || ss.FirstAttempt != 2 || b.calls != 2 {

@@ -9,8 +9,8 @@ import (
 )
 
 // ManagedEntry returns the entry of obj's managed fields that owns the field at path (for
-// example "f:metadata", "f:annotations", "f:teardown.dev/abandon"): who set it, and when. Nil
-// when no entry does.
+// example "f:metadata", "f:annotations", "f:teardown.dev/abandon"): the field manager that set it
+// (a name the client picks: never an identity) and when. Nil when no entry does.
 func ManagedEntry(obj client.Object, path ...string) *metav1.ManagedFieldsEntry {
 	entries := obj.GetManagedFields()
 	for i := range entries {
@@ -23,13 +23,4 @@ func ManagedEntry(obj client.Object, path ...string) *metav1.ManagedFieldsEntry 
 		}
 	}
 	return nil
-}
-
-// ManagerOf returns the field manager that owns the field at path, for recording who broke glass;
-// empty when unknown.
-func ManagerOf(obj client.Object, path ...string) string {
-	if mf := ManagedEntry(obj, path...); mf != nil {
-		return mf.Manager
-	}
-	return ""
 }

@@ -127,8 +127,6 @@ type Compiled struct {
 	Spec              *v1alpha1.TeardownPolicySpec
 	Suspended         bool
 	Deleting          bool
-	// SuspendedBy names who set spec.suspend, from the policy's managed fields.
-	SuspendedBy string
 	// MatchNotAdmissible says why the match cannot run at admission (admission.CheckMatch):
 	// then no admission policy arms the targets at creation. Nil when it can, or there is none.
 	MatchNotAdmissible error
@@ -223,9 +221,6 @@ func (c *Compiler) Compile(v View) (*Compiled, field.ErrorList) {
 		Spec:       spec,
 		Suspended:  spec.Suspend,
 		Deleting:   v.Object.GetDeletionTimestamp() != nil,
-	}
-	if spec.Suspend {
-		out.SuspendedBy = ManagerOf(v.Object, "f:spec", "f:suspend")
 	}
 	out.Selector, err = selector(spec.Selector)
 	if err != nil {

@@ -2,7 +2,7 @@
 // that the chart and config/ cannot drift: the CRDs (config/crd/bases, from controller-gen) behind
 // crds.enabled and crds.keep, the operator's ClusterRole (config/rbac/role.yaml, from the RBAC
 // markers), the users' aggregated ClusterRoles (config/rbac/user_roles.yaml) and the admission
-// policies of deletion guards and of approvals (config/admission).
+// policies of deletion guards, of approvals and of requests (config/admission).
 //
 //	go run ./hack/chartgen                 # make chart (also run by make manifests)
 //	go run ./hack/chartgen -out DIR        # write elsewhere, to compare (make verify-generated)
@@ -55,12 +55,17 @@ func generate(root, out string) error {
 	if err := convert(root, filepath.Join(admissions, "deletion_guard.yaml"), filepath.Join(out, "deletion-guard.yaml"), admission); err != nil {
 		return err
 	}
-	return convert(root, filepath.Join(admissions, "approvals.yaml"), filepath.Join(out, "approvals.yaml"), admission)
+	for _, name := range []string{"approvals.yaml", "requests.yaml"} {
+		if err := convert(root, filepath.Join(admissions, name), filepath.Join(out, name), admission); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // admission labels an admission policy and its binding as the chart labels everything. They exempt
-// no identity (the operator lifts its own veto before it deletes; approvals are checked against
-// whoever creates them), so they need no templating.
+// no identity (the operator lifts its own veto before it deletes; approvals and requests are
+// checked against whoever writes them), so they need no templating.
 func admission(text string) (string, error) {
 	if strings.Count(text, "\n  labels:\n    app.kubernetes.io/name: teardown-operator\n") != 2 {
 		return "", fmt.Errorf("expected the policy and its binding to be labelled app.kubernetes.io/name: teardown-operator")

@@ -97,6 +97,11 @@ func (a *action) count(ctx context.Context, in *steps.Input, rec *v1alpha1.Appro
 		if s.RunUID != in.Run.UID || s.Step != a.step || s.Attempt != in.Status.Attempts || seen(rec, ans.Name) {
 			continue
 		}
+		if s.Run != in.Run.Name {
+			// The admission policy checked RBAC for the run spec.run names, not this one.
+			ignore(rec, ans.Name, fmt.Sprintf("spec.run names run %q, not this run %q", s.Run, in.Run.Name))
+			continue
+		}
 		if why := a.untrusted(rec, ans, since); why != "" {
 			ignore(rec, ans.Name, why)
 			continue

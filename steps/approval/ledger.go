@@ -3,16 +3,13 @@ package approval
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-
 	authorizationv1 "k8s.io/api/authorization/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/internal/admissiontrust"
 )
 
 // Ledger is where an approval step reads the answers to a run and checks who gave them: the API
@@ -30,9 +27,8 @@ type Ledger interface {
 }
 
 // PolicySettle is how long after the admission policy or its binding is created an answer is
-// trusted: an API server enforces an admission policy once its informer has it, within a second
-// or so; an answer created sooner may have gone unchecked.
-const PolicySettle = 5 * time.Second
+// trusted (admissiontrust.Settle).
+const PolicySettle = admissiontrust.Settle
 
 // apiLedger is the Ledger of a running operator.
 type apiLedger struct {
@@ -78,31 +74,9 @@ func Access(run *v1alpha1.TeardownRun) *authorizationv1.ResourceAttributes {
 		Namespace: run.Namespace, Name: run.Name}
 }
 
+// Policy is the admission policy that checks approvers.
+var Policy = admissiontrust.Policy{Name: v1alpha1.ApprovalPolicyName, Checks: "approvers", One: "an approval"}
+
 func (l *apiLedger) Enforced(ctx context.Context) (time.Time, error) {
-	key := client.ObjectKey{Name: v1alpha1.ApprovalPolicyName}
-	var pol admissionregistrationv1.ValidatingAdmissionPolicy
-	var bind admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	for _, o := range []struct {
-		kind string
-		obj  client.Object
-	}{{"ValidatingAdmissionPolicy", &pol}, {"ValidatingAdmissionPolicyBinding", &bind}} {
-		kind := o.kind
-		switch err := l.reader.Get(ctx, key, o.obj); {
-		case apierrors.IsNotFound(err):
-			return time.Time{}, fmt.Errorf("the %s %s that checks approvers is not installed, so no approval can be trusted (install the operator's config/admission, or the chart, again)", kind, v1alpha1.ApprovalPolicyName)
-		case err != nil:
-			return time.Time{}, fmt.Errorf("reading the %s %s that checks approvers: %w", kind, v1alpha1.ApprovalPolicyName, err)
-		}
-	}
-	if fp := pol.Spec.FailurePolicy; fp == nil || *fp != admissionregistrationv1.Fail {
-		return time.Time{}, fmt.Errorf("the ValidatingAdmissionPolicy %s has no failurePolicy Fail, so an approval it could not check would be let through: none is trusted", v1alpha1.ApprovalPolicyName)
-	}
-	if bind.Spec.PolicyName != v1alpha1.ApprovalPolicyName || !slices.Contains(bind.Spec.ValidationActions, admissionregistrationv1.Deny) {
-		return time.Time{}, fmt.Errorf("the ValidatingAdmissionPolicyBinding %s does not deny with policy %s, so nothing refuses a false approver: no approval is trusted", v1alpha1.ApprovalPolicyName, v1alpha1.ApprovalPolicyName)
-	}
-	since := pol.CreationTimestamp.Time
-	if bind.CreationTimestamp.After(since) {
-		since = bind.CreationTimestamp.Time
-	}
-	return since.Add(PolicySettle), nil
+	return admissiontrust.Since(ctx, l.reader, Policy)
 }

@@ -64,8 +64,9 @@ func (a *action) create(ctx context.Context, in *steps.Input, st state) steps.Re
 			return steps.Waiting(retrySoon, "Job %s exists; reading it: %v", st.Ref(), err)
 		}
 		if !ours(live, in.Run, a.step, st.Attempt) {
-			return steps.Fail(false, "a Job named %s already exists and was not created by attempt %d of this step (its labels %s=%q, %s=%q); delete it to let the step run",
-				st.Ref(), st.Attempt, v1alpha1.LabelRunUID, live.Labels[v1alpha1.LabelRunUID], v1alpha1.LabelAttempt, live.Labels[v1alpha1.LabelAttempt])
+			// Its labels are not shown: they may name another tenant's run.
+			return steps.Fail(false, "a Job named %s already exists and was not created by attempt %d of this step; delete it to let the step run",
+				st.Ref(), st.Attempt)
 		}
 		job = live
 		msg = fmt.Sprintf("Job %s adopted (this step created it before the operator restarted); waiting for it to finish", st.Ref())
@@ -97,14 +98,14 @@ func terminatingMessage(ns string, namespaced bool) string {
 }
 
 func (a *action) observe(ctx context.Context, in *steps.Input, st state) steps.Result {
-	job, other, err := a.read(ctx, st)
+	job, replaced, err := a.read(ctx, in, st)
 	if err != nil {
 		return steps.Waiting(retrySoon, "reading Job %s: %v", st.Ref(), err)
 	}
 	if job == nil {
-		msg := fmt.Sprintf("Job %s (uid %s) was deleted before it finished", st.Ref(), st.UID)
-		if other != "" {
-			msg = fmt.Sprintf("Job %s (uid %s) was replaced by another Job of the same name (uid %s), which is not trusted", st.Ref(), st.UID, other)
+		msg := fmt.Sprintf("Job %s was deleted before it finished", st.Ref())
+		if replaced {
+			msg = fmt.Sprintf("Job %s is not the one this step created (another Job of that name, or one without the step's labels), so it is not trusted", st.Ref())
 		}
 		if a.kind.terminating(ctx, st.Namespace) {
 			return steps.Fail(false, "%s: %s", msg, terminatingMessage(st.Namespace, a.namespaced))
@@ -168,7 +169,7 @@ func (a *action) Settled(ctx context.Context, in *steps.Input, deadline time.Tim
 	if st.UID == "" || st.Attempt != in.Status.Attempts {
 		return steps.Result{}, false
 	}
-	job, _, err := a.read(ctx, st)
+	job, _, err := a.read(ctx, in, st)
 	if err != nil || job == nil {
 		return steps.Result{}, false
 	}
@@ -245,7 +246,7 @@ func (a *action) Release(ctx context.Context, in *steps.Input) {
 	if st.UID == "" {
 		return
 	}
-	job, _, err := a.read(ctx, st)
+	job, _, err := a.read(ctx, in, st)
 	if err == nil && job != nil {
 		err = a.kind.let(ctx, job)
 	}
@@ -311,25 +312,40 @@ func ttlOf(job *batchv1.Job) int32 {
 // read returns the step's Job: from the cache when it holds the recorded UID, else from the API
 // server (the cache may not have seen the Job yet). It returns nil when the Job is gone, with the
 // UID of a Job that now has its name, if any.
-func (a *action) read(ctx context.Context, st state) (*batchv1.Job, types.UID, error) {
-	job := &batchv1.Job{}
-	err := a.kind.client.Get(ctx, st.Key(), job)
+// read returns the record's Job if it is still the one the step created: same UID, in a namespace
+// the step may use, carrying the labels the step gave it for this run, step and attempt. It
+// reports replaced when a Job of that name is there that is not the step's (its UID is never
+// shown: it may be another tenant's).
+func (a *action) read(ctx context.Context, in *steps.Input, st state) (job *batchv1.Job, replaced bool, err error) {
+	if a.namespaced && st.Namespace != in.PolicyNamespace {
+		return nil, true, nil // a TeardownPolicy's Jobs run in its own namespace only
+	}
+	job = &batchv1.Job{}
+	err = a.kind.client.Get(ctx, st.Key(), job)
 	if err == nil && job.UID == st.UID {
-		return job, "", nil
+		return a.own(job, in, st)
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
-		return nil, "", err
+		return nil, false, err
 	}
 	err = a.kind.reader.Get(ctx, st.Key(), job)
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, "", nil
+		return nil, false, nil
 	case err != nil:
-		return nil, "", err
+		return nil, false, err
 	case job.UID != st.UID:
-		return nil, job.UID, nil
+		return nil, true, nil
 	}
-	return job, "", nil
+	return a.own(job, in, st)
+}
+
+// own checks that a Job read by the record's UID carries the step's labels.
+func (a *action) own(job *batchv1.Job, in *steps.Input, st state) (*batchv1.Job, bool, error) {
+	if !ours(job, in.Run, a.step, st.Attempt) {
+		return nil, true, nil
+	}
+	return job, false, nil
 }
 
 func condition(job *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondition {

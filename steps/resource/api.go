@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -92,6 +94,55 @@ type Dynamic struct {
 
 	mu      sync.Mutex
 	clients map[Identity]dynamic.Interface
+	// seen is when each ServiceAccount was last found to exist (exists).
+	seen map[Identity]time.Time
+}
+
+// seenFor is how long a ServiceAccount found to exist is not looked up again.
+const seenFor = 10 * time.Second
+
+// serviceAccounts is the resource of ServiceAccounts.
+var serviceAccounts = schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
+
+// exists refuses to act as a ServiceAccount that does not exist: the API server lets the operator
+// impersonate any name, and a RoleBinding left to a deleted ServiceAccount still grants its rights
+// to that name, which no pod can use. It is asked with the operator's own rights, at most every
+// seenFor per ServiceAccount.
+func (d *Dynamic) exists(ctx context.Context, id Identity) error {
+	if id.IsOperator() {
+		return nil
+	}
+	d.mu.Lock()
+	at, ok := d.seen[id]
+	d.mu.Unlock()
+	if ok && time.Since(at) < seenFor {
+		return nil
+	}
+	c, err := d.client(Identity{})
+	if err != nil {
+		return err
+	}
+	_, err = c.Resource(serviceAccounts).Namespace(id.Namespace).Get(ctx, id.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return &NoServiceAccountError{Identity: id}
+	case err != nil:
+		return fmt.Errorf("reading %s: %w", id, err)
+	}
+	d.mu.Lock()
+	if len(d.seen) >= maxClients {
+		d.seen = map[Identity]time.Time{}
+	}
+	d.seen[id] = time.Now()
+	d.mu.Unlock()
+	return nil
+}
+
+// NoServiceAccountError is a step's ServiceAccount that does not exist.
+type NoServiceAccountError struct{ Identity Identity }
+
+func (e *NoServiceAccountError) Error() string {
+	return fmt.Sprintf("%s does not exist: a step acts only as a ServiceAccount that exists (create it, or fix the step's serviceAccountName)", e.Identity)
 }
 
 // maxClients bounds the clients kept, one per identity; past it they are built again (they
@@ -107,7 +158,7 @@ func NewDynamic(config *rest.Config, mapper meta.RESTMapper, fenceCheck func() e
 		config = rest.CopyConfig(config)
 		config.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(config.QPS, config.Burst)
 	}
-	return &Dynamic{config: config, mapper: mapper, fence: fenceCheck, clients: map[Identity]dynamic.Interface{}}
+	return &Dynamic{config: config, mapper: mapper, fence: fenceCheck, clients: map[Identity]dynamic.Interface{}, seen: map[Identity]time.Time{}}
 }
 
 func (d *Dynamic) client(id Identity) (dynamic.Interface, error) {
@@ -146,10 +197,13 @@ func (d *Dynamic) Namespaced(gvk schema.GroupVersionKind) (bool, error) {
 	return m.Scope.Name() == meta.RESTScopeNameNamespace, nil
 }
 
-func (d *Dynamic) resource(id Identity, gvk schema.GroupVersionKind, namespace string) (dynamic.ResourceInterface, error) {
+func (d *Dynamic) resource(ctx context.Context, id Identity, gvk schema.GroupVersionKind, namespace string) (dynamic.ResourceInterface, error) {
 	m, err := d.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
 		return nil, fmt.Errorf("kind %s is not served: %w", gvk, err)
+	}
+	if err := d.exists(ctx, id); err != nil {
+		return nil, err
 	}
 	c, err := d.client(id)
 	if err != nil {
@@ -163,7 +217,7 @@ func (d *Dynamic) resource(id Identity, gvk schema.GroupVersionKind, namespace s
 
 // Get implements API.
 func (d *Dynamic) Get(ctx context.Context, id Identity, ref Ref) (*unstructured.Unstructured, error) {
-	r, err := d.resource(id, ref.GVK, ref.Namespace)
+	r, err := d.resource(ctx, id, ref.GVK, ref.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +226,7 @@ func (d *Dynamic) Get(ctx context.Context, id Identity, ref Ref) (*unstructured.
 
 // List implements API.
 func (d *Dynamic) List(ctx context.Context, id Identity, gvk schema.GroupVersionKind, namespace string, sel labels.Selector, limit int64) ([]unstructured.Unstructured, error) {
-	r, err := d.resource(id, gvk, namespace)
+	r, err := d.resource(ctx, id, gvk, namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +239,7 @@ func (d *Dynamic) List(ctx context.Context, id Identity, gvk schema.GroupVersion
 
 // Create implements API.
 func (d *Dynamic) Create(ctx context.Context, id Identity, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
-	r, err := d.resource(id, obj.GroupVersionKind(), obj.GetNamespace())
+	r, err := d.resource(ctx, id, obj.GroupVersionKind(), obj.GetNamespace())
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +248,7 @@ func (d *Dynamic) Create(ctx context.Context, id Identity, obj *unstructured.Uns
 
 // Apply implements API.
 func (d *Dynamic) Apply(ctx context.Context, id Identity, obj *unstructured.Unstructured, manager string) (*unstructured.Unstructured, error) {
-	r, err := d.resource(id, obj.GroupVersionKind(), obj.GetNamespace())
+	r, err := d.resource(ctx, id, obj.GroupVersionKind(), obj.GetNamespace())
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +257,7 @@ func (d *Dynamic) Apply(ctx context.Context, id Identity, obj *unstructured.Unst
 
 // Patch implements API.
 func (d *Dynamic) Patch(ctx context.Context, id Identity, ref Ref, pt types.PatchType, data []byte, subresource string) (*unstructured.Unstructured, error) {
-	r, err := d.resource(id, ref.GVK, ref.Namespace)
+	r, err := d.resource(ctx, id, ref.GVK, ref.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +270,7 @@ func (d *Dynamic) Patch(ctx context.Context, id Identity, ref Ref, pt types.Patc
 
 // Delete implements API.
 func (d *Dynamic) Delete(ctx context.Context, id Identity, ref Ref, propagation metav1.DeletionPropagation, uid types.UID) error {
-	r, err := d.resource(id, ref.GVK, ref.Namespace)
+	r, err := d.resource(ctx, id, ref.GVK, ref.Namespace)
 	if err != nil {
 		return err
 	}

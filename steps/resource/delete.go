@@ -33,7 +33,7 @@ func (a *action) deleteNamed(ctx context.Context, in *steps.Input, st state) ste
 	case err != nil:
 		return a.finish(a.apiFailure(err, "get", ref), st, ref)
 	case st.UID != "" && obj.GetUID() != st.UID:
-		return a.finish(steps.Done("%s deleted and gone (an object of that name, uid %s, has been created since)", ref, obj.GetUID()), st, ref)
+		return a.finish(steps.Done("%s deleted and gone (another object of that name has been created since)", ref), st, ref)
 	case obj.GetUID() == in.Run.Spec.Target.UID:
 		return steps.Fail(false, "%s is the object being torn down, which the operator holds until the pipeline ends: a step cannot delete it (its deletion is the pipeline's end; with trigger DeleteRequest the operator deletes it)", ref)
 	}

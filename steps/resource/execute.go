@@ -97,7 +97,8 @@ func (a *action) observe(ctx context.Context, in *steps.Input, st state) steps.R
 	case err != nil:
 		return a.apiFailure(err, "get", ref)
 	case obj.GetUID() != st.UID:
-		return steps.Fail(true, "%s (uid %s) was replaced by another object of that name (uid %s), which is not trusted", ref, st.UID, obj.GetUID())
+		// Its UID is not shown: the object may be someone else's.
+		return steps.Fail(true, "%s was replaced by another object of that name, which is not trusted", ref)
 	}
 	return a.judge(ctx, in, st, ref, obj, "")
 }

@@ -122,6 +122,8 @@ func (a *action) apiFailure(err error, verb string, ref Ref) steps.Result {
 		where = " in namespace " + ref.Namespace
 	}
 	switch {
+	case errors.As(err, new(*NoServiceAccountError)):
+		return steps.Fail(true, "%v", err) // a ServiceAccount created later helps a retry
 	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
 		return steps.Fail(false, "namespace %s is being deleted, and no object can be created in a terminating namespace: %v", ref.Namespace, err)
 	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "cannot impersonate"):

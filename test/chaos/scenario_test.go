@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -105,8 +106,9 @@ func (s *scenario) teardown(ctx context.Context, within time.Duration) {
 	GinkgoHelper()
 	for _, name := range s.objects {
 		if s.trigger == "DeleteRequest" {
-			Expect(k8s.Patch(ctx, s.object(name), client.RawPatch("application/merge-patch+json",
-				[]byte(`{"metadata":{"annotations":{"teardown.dev/delete-requested":"fault suite"}}}`)))).To(Succeed())
+			body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{v1alpha1.AnnotationDeleteRequested: deleteRequest}}})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(k8s.Patch(ctx, s.object(name), client.RawPatch("application/merge-patch+json", body))).To(Succeed())
 		} else {
 			Expect(k8s.Delete(ctx, s.object(name))).To(Succeed())
 		}

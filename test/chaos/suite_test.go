@@ -43,6 +43,9 @@ var (
 	logDir string
 	// failed is set once a spec has failed.
 	failed bool
+	// deleteRequest is the value of the delete requests the suite's client makes: "<its user
+	// name>: fault suite", as the admission policy that checks requests admits.
+	deleteRequest string
 )
 
 func TestChaos(t *testing.T) {
@@ -74,6 +77,11 @@ var _ = BeforeSuite(func() {
 	Expect(framework.InstallCRDs(ctx, k8s, filepath.Join(root, "config", "crd", "bases"))).To(Succeed())
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: runNamespace}}
 	Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, ns))).To(Succeed())
+	// Delete requests count only while the admission policy that checks requests is in force.
+	Expect(framework.InstallRequestsPolicy(ctx, k8s, root)).To(Succeed())
+	Expect(framework.AwaitRequestsTrusted(ctx, k8s)).To(Succeed())
+	deleteRequest, err = framework.Request(ctx, k8s, "fault suite")
+	Expect(err).NotTo(HaveOccurred())
 
 	logDir = os.Getenv("CHAOS_LOG_DIR")
 	if logDir == "" {

@@ -20,52 +20,70 @@ import (
 	"github.com/teardown-dev/teardown-operator/test/framework"
 )
 
-// buildRevision builds the operator of a git revision, from a worktree of this repository.
-func buildRevision(rev string) string {
+// buildRevision builds the operator of a git revision, from a worktree of this repository, and
+// returns it with the directory of that revision's CRDs.
+func buildRevision(rev string) (bin, crds string) {
 	GinkgoHelper()
 	dir := filepath.Join(GinkgoT().TempDir(), "src")
 	remove, err := framework.Worktree(root, rev, dir)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(remove)
-	bin := filepath.Join(GinkgoT().TempDir(), "teardown-operator-previous")
+	bin = filepath.Join(GinkgoT().TempDir(), "teardown-operator-previous")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/teardown-operator")
 	build.Dir = dir
 	out, err := build.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), string(out))
-	return bin
+	crds = GinkgoT().TempDir()
+	out, err = exec.Command("cp", "-r", filepath.Join(dir, "config", "crd", "bases")+"/.", crds).CombinedOutput()
+	Expect(err).NotTo(HaveOccurred(), string(out))
+	return bin, crds
+}
+
+// release is an operator binary and the CRDs it was released with: an upgrade or a rollback
+// (helm) changes both.
+type release struct{ bin, crds string }
+
+// install makes rel's CRDs the cluster's.
+func (rel release) install(ctx context.Context) {
+	GinkgoHelper()
+	Expect(framework.InstallCRDs(ctx, k8s, rel.crds)).To(Succeed())
 }
 
 var _ = Describe("Upgrade and downgrade mid pipeline", Ordered, func() {
-	var previous, rev string
+	var previous, current release
+	var rev string
 	BeforeAll(func() {
 		var err error
 		rev, err = framework.PreviousRevision(root)
 		Expect(err).NotTo(HaveOccurred())
-		previous = buildRevision(rev)
+		previous.bin, previous.crds = buildRevision(rev)
+		current = release{bin: operatorBin, crds: filepath.Join(root, "config", "crd", "bases")}
+		DeferCleanup(func(ctx context.Context) { current.install(ctx) })
 	})
 
 	// The previous release's shutdown could lose the record of a first pass in flight (its http
 	// call answered, the run not created yet): the next replica calls again, with the same key.
 	It("finishes under this release the teardowns the previous one started", func(ctx SpecContext) {
 		By("from " + rev)
-		handover(ctx, "upgrade-"+runID(), previous, operatorBin, 2)
+		handover(ctx, "upgrade-"+runID(), previous, current, 2)
 	})
 
 	// This release records what a pass did before it stops: nothing is called twice.
 	It("finishes under the previous release the teardowns this one started, nothing repeated", func(ctx SpecContext) {
 		By("back to " + rev)
-		handover(ctx, "downgrade-"+runID(), operatorBin, previous, 1)
+		handover(ctx, "downgrade-"+runID(), current, previous, 1)
 	})
 })
 
-// handover tears down 6 objects: the operator first takes them up and is stopped (SIGTERM, as a
+// handover tears down 6 objects: the release first takes them up and is stopped (SIGTERM, as a
 // rollout stops a pod) while every pipeline is in flight, the last one's first call unanswered;
-// the operator second finishes them. Each http step is called at most maxCalls times, always
+// the release second, its CRDs installed as helm upgrade or rollback installs them, finishes them. Each http step is called at most maxCalls times, always
 // with the same Idempotency-Key; each Job is created once.
-func handover(ctx context.Context, ns, first, second string, maxCalls int) {
+func handover(ctx context.Context, ns string, first, second release, maxCalls int) {
 	GinkgoHelper()
 	srv, flags := steadyServer()
-	op := launch(first, nil, kubeconfig, flags...)
+	first.install(ctx)
+	op := launch(first.bin, nil, kubeconfig, flags...)
 	op.waitLeading(time.Minute)
 	names := []string{"o-0", "o-1", "o-2", "o-3", "o-4", "o-5"}
 	watch := deployHandover(ctx, ns, srv, names)
@@ -81,7 +99,8 @@ func handover(ctx context.Context, ns, first, second string, maxCalls int) {
 	Eventually(op.done, time.Minute).Should(BeClosed(), "the first operator did not stop")
 	Expect(remaining(ctx, ns)).To(Equal(len(names)), "an object was released before the handover")
 
-	next := launch(second, nil, kubeconfig, flags...)
+	second.install(ctx)
+	next := launch(second.bin, nil, kubeconfig, flags...)
 	DeferCleanup(next.stop)
 	Eventually(func() int { return remaining(ctx, ns) }, 2*time.Minute, 200*time.Millisecond).Should(BeZero(), "objects left after the handover")
 	var runs v1alpha1.TeardownRunList

@@ -96,7 +96,7 @@ var _ = Describe("Job steps on a real control plane", func() {
 
 		By("breaking glass releases it")
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
-		cm.Annotations = map[string]string{v1alpha1.AnnotationAbandon: "e2e: dump checked by hand"}
+		cm.Annotations = map[string]string{v1alpha1.AnnotationAbandon: asRequest(ctx, "dump checked by hand")}
 		Expect(k8s.Update(ctx, cm)).To(Succeed())
 		Eventually(probe.Gone(ctx, cm), 30*time.Second).Should(BeTrue())
 		Expect(k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())

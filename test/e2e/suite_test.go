@@ -59,12 +59,25 @@ var _ = BeforeSuite(func() {
 	Expect(framework.InstallCRDs(ctx, k8s, filepath.Join(root, "config", "crd", "bases"))).To(Succeed())
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: runNamespace}}
 	Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, ns))).To(Succeed())
+	// Requests (delete-requested, abandon, retry) count only while the admission policy that
+	// checks them is in force, as in any install.
+	Expect(framework.InstallRequestsPolicy(ctx, k8s, root)).To(Succeed())
+	Expect(framework.AwaitRequestsTrusted(ctx, k8s)).To(Succeed())
 
 	By("building the operator and the kubectl plugin, and starting the operator")
 	operatorBin = buildBinary("./cmd/teardown-operator")
 	pluginBin = buildBinary("./cmd/kubectl-teardown")
 	startOperator()
 })
+
+// asRequest is the value of a request annotation (delete-requested, abandon) that the suite's
+// client sets: "<its user name>: <why>", as the admission policy that checks requests admits.
+func asRequest(ctx context.Context, why string) string {
+	GinkgoHelper()
+	v, err := framework.Request(ctx, k8s, why)
+	Expect(err).NotTo(HaveOccurred())
+	return v
+}
 
 // buildBinary builds a command of the module into the suite's temporary directory.
 func buildBinary(pkg string) string {

@@ -86,7 +86,7 @@ var _ = Describe("Two-phase delete on a real control plane", Ordered, func() {
 		ns := newNamespace(ctx, "two-phase-restart")
 		cm := twoPhase(ctx, ns, 12*time.Second)
 		patch := client.MergeFrom(cm.DeepCopy())
-		cm.Annotations = map[string]string{v1alpha1.AnnotationDeleteRequested: "e2e: restart mid pipeline"}
+		cm.Annotations = map[string]string{v1alpha1.AnnotationDeleteRequested: asRequest(ctx, "restart mid pipeline")}
 		Expect(k8s.Patch(ctx, cm, patch)).To(Succeed())
 		Eventually(probe.StepPhase(ctx, cm, "settle"), 30*time.Second).Should(Equal(v1alpha1.StepRunning))
 		started := probe.RunFor(ctx, cm)().Status.Step("settle").StartTime.Time

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/steps/approval"
@@ -120,9 +121,10 @@ func waitEstablished(ctx context.Context, c client.Client, name string) error {
 }
 
 // InstallAdmissionPolicies creates the ValidatingAdmissionPolicies and bindings in
-// config/admission (deletion guards, approvals), as an install would; existing ones are kept.
+// config/admission (deletion guards, approvals, requests), as an install would; existing ones are
+// kept.
 func InstallAdmissionPolicies(ctx context.Context, c client.Client, root string) error {
-	for _, file := range []string{"deletion_guard.yaml", "approvals.yaml"} {
+	for _, file := range []string{"deletion_guard.yaml", "approvals.yaml", "requests.yaml"} {
 		if err := installManifests(ctx, c, filepath.Join(root, "config", "admission", file)); err != nil {
 			return err
 		}
@@ -130,10 +132,36 @@ func InstallAdmissionPolicies(ctx context.Context, c client.Client, root string)
 	return nil
 }
 
+// InstallRequestsPolicy creates the ValidatingAdmissionPolicy and binding that check requests
+// (config/admission/requests.yaml) alone; an existing one is kept.
+func InstallRequestsPolicy(ctx context.Context, c client.Client, root string) error {
+	return installManifests(ctx, c, filepath.Join(root, "config", "admission", "requests.yaml"))
+}
+
 // AwaitApprovalsTrusted waits until the operator trusts approvals: PolicySettle after the
 // admission policy that checks approvers, and its binding, were created (InstallAdmissionPolicies).
 func AwaitApprovalsTrusted(ctx context.Context, c client.Client) error {
-	key := client.ObjectKey{Name: v1alpha1.ApprovalPolicyName}
+	return awaitTrusted(ctx, c, v1alpha1.ApprovalPolicyName)
+}
+
+// AwaitRequestsTrusted waits until the operator trusts requests (delete-requested, abandon,
+// retry), as AwaitApprovalsTrusted does for approvals.
+func AwaitRequestsTrusted(ctx context.Context, c client.Client) error {
+	return awaitTrusted(ctx, c, v1alpha1.RequestsPolicyName)
+}
+
+// Request is the value of a request annotation that the admission policy that checks requests
+// admits from c's user: "<user name>: <why>".
+func Request(ctx context.Context, c client.Client, why string) (string, error) {
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := c.Create(ctx, review); err != nil {
+		return "", fmt.Errorf("asking who the client is: %w", err)
+	}
+	return review.Status.UserInfo.Username + ": " + why, nil
+}
+
+func awaitTrusted(ctx context.Context, c client.Client, name string) error {
+	key := client.ObjectKey{Name: name}
 	var since time.Time
 	for _, obj := range []client.Object{&admissionregistrationv1.ValidatingAdmissionPolicy{}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}} {
 		if err := c.Get(ctx, key, obj); err != nil {

@@ -110,7 +110,7 @@ func breakGlass(ctx context.Context, cm *corev1.ConfigMap) {
 		if c.Annotations == nil {
 			c.Annotations = map[string]string{}
 		}
-		c.Annotations[v1alpha1.AnnotationAbandon] = "test over"
+		c.Annotations[v1alpha1.AnnotationAbandon] = asRequest("test over")
 	})
 	Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
 }

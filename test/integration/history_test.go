@@ -257,6 +257,7 @@ var _ = Describe("Run history", func() {
 		run := runFor(ctx, cm)()
 		forged := []byte(`{"status":{"phase":"Succeeded","message":"trust me"}}`)
 		Expect(k8s.Patch(ctx, run, client.RawPatch(types.MergePatchType, forged), client.FieldOwner("intruder"))).To(Succeed())
+		Expect(run.Status.Phase).To(Equal(v1alpha1.RunRunning), "a status sent to the run itself is dropped: only the status subresource writes it")
 		Consistently(gone(ctx, cm), 3*time.Second).Should(BeFalse(), "a forged status releases nothing")
 		Expect(finalizers(ctx, cm)()).To(ContainElement(finalizerOf(p)))
 

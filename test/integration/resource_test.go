@@ -177,6 +177,23 @@ var _ = Describe("Resource steps", func() {
 		Consistently(gone(ctx, cluster), time.Second).Should(BeFalse(), "failurePolicy Retain keeps the Cluster")
 	})
 
+	It("never act as a ServiceAccount that does not exist, whatever a RoleBinding left to its name grants", func(ctx SpecContext) {
+		operatorWithToken(ctx)
+		ns := newNamespace(ctx)
+		serviceAccountWith(ctx, ns, "gone", "postgresql.cnpg.io", "backups", "create", "get")
+		Expect(k8s.Delete(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gone"}})).To(Succeed())
+		policy := resourcePolicy(ns, "final", fmtStep(finalBackupStep, "gone"))
+		cluster := deleteProtected(ctx, policy, cnpgCluster(ns, "orders"))
+		Eventually(runPhase(ctx, cluster), 10*time.Second).Should(Equal(v1alpha1.RunFailed))
+		Expect(runFor(ctx, cluster)().Status.Steps[0].Message).To(HavePrefix(
+			"ServiceAccount " + ns + "/gone does not exist: a step acts only as a ServiceAccount that exists"))
+		backups := &unstructured.UnstructuredList{}
+		backups.SetAPIVersion("postgresql.cnpg.io/v1")
+		backups.SetKind("BackupList")
+		Expect(k8s.List(ctx, backups, client.InNamespace(ns))).To(Succeed())
+		Expect(backups.Items).To(BeEmpty(), "the stale RoleBinding's rights went unused")
+	})
+
 	It("make a policy not Ready for a manifest in another namespace, and for a field the kind's published schema lacks", func(ctx SpecContext) {
 		ns := newNamespace(ctx)
 		elsewhere := resourcePolicy(ns, "elsewhere", `

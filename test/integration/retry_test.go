@@ -25,7 +25,7 @@ func annotateRun(ctx context.Context, target client.Object, key, value string) *
 		if r.Annotations == nil {
 			r.Annotations = map[string]string{}
 		}
-		r.Annotations[key] = value
+		r.Annotations[key] = asRequest(value)
 	})
 	return run
 }
@@ -72,7 +72,7 @@ var _ = Describe("Retry after a failure", func() {
 		Expect(run.Status.Retries).To(Equal(int32(1)))
 		Expect(run.Status.LastRetry).NotTo(BeNil())
 		Expect(run.Status.LastRetry.FromStep).To(Equal("export"))
-		Expect(run.Status.LastRetry.RequestedBy).To(And(ContainSubstring("alice: fixed the bucket policy"), ContainSubstring("set by field manager")))
+		Expect(run.Status.LastRetry.RequestedBy).To(And(ContainSubstring("alice: fixed the bucket policy"), ContainSubstring("requested by "+adminName)))
 		Expect(run.Status.LastRetry.Failure).To(ContainSubstring("step export failed"))
 		Expect(run.Status.Step("first").Attempts).To(Equal(int32(1)), "a step that succeeded is not run again")
 		export := run.Status.Step("export")
@@ -97,7 +97,9 @@ var _ = Describe("Retry after a failure", func() {
 			And(HavePrefix(v1alpha1.ReasonRetryRefused+": "), ContainSubstring("the run is Running, not Failed"))))
 		Eventually(func() map[string]string { return runFor(ctx, cm)().Annotations }, 5*time.Second).ShouldNot(HaveKey(v1alpha1.AnnotationRetry))
 		Expect(runFor(ctx, cm)().Status.Retries).To(BeZero())
-		update(ctx, cm, func(c *corev1.ConfigMap) { c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: "test over"} })
+		update(ctx, cm, func(c *corev1.ConfigMap) {
+			c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: asRequest("test over")}
+		})
 		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
 	})
 

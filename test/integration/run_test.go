@@ -81,7 +81,7 @@ var _ = Describe("Runs", func() {
 		Expect(k8s.Delete(ctx, cm)).To(Succeed())
 		Eventually(eventReasons(ctx, cm), 10*time.Second).Should(ContainElements(v1alpha1.ReasonRunCreated, v1alpha1.ReasonStepStarted))
 		update(ctx, cm, func(c *corev1.ConfigMap) {
-			c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: "test cleanup"}
+			c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: asRequest("test cleanup")}
 		})
 		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
 	})
@@ -105,12 +105,12 @@ var _ = Describe("Runs", func() {
 
 		By("breaking glass on the failed run")
 		update(ctx, cm, func(c *corev1.ConfigMap) {
-			c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: "alice: snapshot verified by hand"}
+			c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: asRequest("alice: snapshot verified by hand")}
 		})
 		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
 		run = runFor(ctx, cm)()
 		Expect(run.Status.Phase).To(Equal(v1alpha1.RunAbandoned))
-		Expect(run.Status.AbandonedBy).To(And(ContainSubstring("alice: snapshot verified by hand"), ContainSubstring("set by field manager")))
+		Expect(run.Status.AbandonedBy).To(And(ContainSubstring("alice: snapshot verified by hand"), HavePrefix(adminName+" (annotation teardown.dev/abandon=")))
 		Expect(run.Status.Message).To(ContainSubstring("the run had failed: step hard failed: timed out after 1s"),
 			"the failure stays in the message after break glass")
 		failed := meta.FindStatusCondition(run.Status.Conditions, v1alpha1.ConditionFailed)
@@ -201,7 +201,7 @@ var _ = Describe("Runs", func() {
 		Expect(k8s.Delete(ctx, cm)).To(Succeed())
 		Eventually(stepPhase(ctx, cm, "forever"), 10*time.Second).Should(Equal(v1alpha1.StepRunning))
 		update(ctx, cm, func(c *corev1.ConfigMap) {
-			c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: "oncall: INC-42"}
+			c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: asRequest("oncall: INC-42")}
 		})
 		Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
 		run := runFor(ctx, cm)()

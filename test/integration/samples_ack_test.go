@@ -81,7 +81,7 @@ func releaseACKBucket(ctx SpecContext, b *unstructured.Unstructured) {
 		if ann == nil {
 			ann = map[string]string{}
 		}
-		ann[v1alpha1.AnnotationAbandon] = "spec cleanup"
+		ann[v1alpha1.AnnotationAbandon] = asRequest("spec cleanup")
 		live.SetAnnotations(ann)
 		live.SetFinalizers(slices.DeleteFunc(live.GetFinalizers(), func(f string) bool { return f == ackFinalizer }))
 		if err := k8s.Update(ctx, live); err != nil {

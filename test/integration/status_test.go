@@ -107,7 +107,7 @@ var _ = Describe("Status and metrics", func() {
 		By("breaking glass releases both, and every count goes back to 0")
 		for _, name := range []string{"running", "failing"} {
 			update(ctx, objs[name], func(c *corev1.ConfigMap) {
-				c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: "ops: checked by hand"}
+				c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: asRequest("ops: checked by hand")}
 			})
 		}
 		for _, name := range []string{"running", "failing"} {

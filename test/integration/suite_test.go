@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,6 +79,13 @@ var _ = BeforeSuite(func() {
 	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: runNamespace}})).To(Succeed())
+	// Requests (delete-requested, abandon, retry) count only while the admission policy that
+	// checks them is in force, as in any install.
+	Expect(framework.InstallRequestsPolicy(context.Background(), k8s, filepath.Join("..", ".."))).To(Succeed())
+	Expect(framework.AwaitRequestsTrusted(context.Background(), k8s)).To(Succeed())
+	me, err := framework.Request(context.Background(), k8s, "")
+	Expect(err).NotTo(HaveOccurred())
+	adminName = strings.TrimSuffix(me, ": ")
 	api, forbidden = newEndpoint(), newEndpoint()
 	allowed, err := httpstep.ParseDestination(api.srv.Listener.Addr().String())
 	Expect(err).NotTo(HaveOccurred())
@@ -99,6 +107,14 @@ var _ = AfterSuite(func() {
 		}
 	}
 })
+
+// adminName is the user name of the suite's client (k8s), as the API server authenticates it.
+var adminName string
+
+// asRequest is the value of a request annotation (delete-requested, abandon, retry) that the
+// suite's client sets: "<its user name>: <why>", as the admission policy that checks requests
+// admits.
+func asRequest(why string) string { return adminName + ": " + why }
 
 // startOperator runs the engine in this process, as the operator binary would, and returns a
 // function that stops it and waits until it has stopped.
