@@ -25,8 +25,11 @@ type clusterReads struct {
 	// UID comes with every target event and every target reconcile, and the cache reader's List
 	// (a field selector parsed, a list built by reflection) was 4-5% of the operator's CPU.
 	runs toolscache.Indexer
-	// requests says since when request annotations are trusted (requests.go).
-	requests *requestTrust
+	// admission reads the admission policy that checks requests from the API server, each time a
+	// request is read (requests.go): an answer kept for even a second would trust a request
+	// written in the second after the policy was deleted. Requests are read only while their
+	// annotation is set.
+	admission client.Reader
 }
 
 // runIndexers index the cached runs by target UID and by policy key.

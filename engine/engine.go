@@ -163,7 +163,7 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options, kinds ...step
 		router:       &router{},
 		lead:         &leadership{},
 	}
-	e.reads = clusterReads{client: e.client, requests: &requestTrust{reader: e.reader}}
+	e.reads = clusterReads{client: e.client, admission: e.reader}
 	e.wake = newWakeups(e.registry)
 	e.history = newTeardownHistory(func(key policy.Key, after time.Duration) { e.wake.recountPolicyAfter(key, max(after, recountDelay)) })
 	if e.events, err = eventsink.Setup(mgr, e.reads.namespaceTerminating); err != nil {

@@ -110,7 +110,7 @@ func countRuns(runs []v1alpha1.TeardownRun, now time.Time, stuckAfter time.Durat
 		if !phase.Finished() {
 			c.active++
 		}
-		if phase.Finished() && phase.Releases(run.Spec.Pipeline.FailurePolicy) {
+		if releasesObject(run) {
 			continue
 		}
 		crossing := run.CreationTimestamp.Add(stuckAfter)

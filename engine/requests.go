@@ -24,7 +24,7 @@ import (
 // force.
 
 // requestsPolicy is the admission policy that checks requests.
-var requestsPolicy = admissiontrust.Policy{Name: v1alpha1.RequestsPolicyName, Checks: "requests", One: "a request"}
+var requestsPolicy = admissiontrust.Policy{Name: v1alpha1.RequestsPolicyName, Checks: "requests", Checker: "request", Noun: "request", One: "a request"}
 
 // request is a request annotation as the operator reads it.
 type request struct {
@@ -32,19 +32,10 @@ type request struct {
 	user string
 	// who says who asked and why, as runs record it: `<user> (annotation <key>="<why>")`.
 	who string
+	// at is when the annotation was set, from the object's managed fields; nil when they do not say.
+	at *metav1.Time
 	// untrusted says why the request is not acted on; "" when it is.
 	untrusted string
-}
-
-// requestTrust answers since when requests are trusted. It asks the API server each time: a
-// request is read only while its annotation is set, and an answer kept for even a second would
-// trust a request written in the second after the policy was deleted.
-type requestTrust struct {
-	reader client.Reader
-}
-
-func (t *requestTrust) enforced(ctx context.Context) (time.Time, error) {
-	return admissiontrust.Since(ctx, t.reader, requestsPolicy)
 }
 
 // readRequest reads the request annotation key of obj, if it is set. obj must carry its managed
@@ -55,12 +46,13 @@ func (c clusterReads) readRequest(ctx context.Context, obj client.Object, key st
 		return request{}, false
 	}
 	req := parseRequest(key, value)
-	if c.requests == nil {
+	req.at = annotationSetAt(obj, key)
+	if c.admission == nil {
 		req.untrusted = fmt.Sprintf("the admission policy %s that checks requests cannot be read", v1alpha1.RequestsPolicyName)
 		return req, true
 	}
-	since, err := c.requests.enforced(ctx)
-	req.untrusted = requestUntrusted(obj, key, since, err)
+	since, err := admissiontrust.Since(ctx, c.admission, requestsPolicy)
+	req.untrusted = requestUntrusted(key, req.at, since, err)
 	return req, true
 }
 
@@ -72,22 +64,35 @@ func parseRequest(key, value string) request {
 	return request{user: user, who: fmt.Sprintf("%s (annotation %s=%q)", user, key, strings.TrimSpace(why))}
 }
 
-// requestUntrusted says why the request key on obj is not acted on, given since when requests
-// are trusted (or why none is), or "".
-func requestUntrusted(obj client.Object, key string, since time.Time, enforcedErr error) string {
-	if enforcedErr != nil {
-		return enforcedErr.Error()
+// annotationSetAt is when annotation key of obj was set, from its managed fields; nil when they do
+// not say.
+func annotationSetAt(obj client.Object, key string) *metav1.Time {
+	if mf := policy.ManagedEntry(obj, "f:metadata", "f:annotations", "f:"+key); mf != nil {
+		return mf.Time
 	}
-	mf := policy.ManagedEntry(obj, "f:metadata", "f:annotations", "f:"+key)
+	return nil
+}
+
+// requestUntrusted says why the request key, set at (from the object's managed fields; nil when
+// they do not say), is not acted on, given since when requests are trusted (or why none is), or "".
+func requestUntrusted(key string, at *metav1.Time, since time.Time, enforcedErr error) string {
 	switch {
-	case mf == nil || mf.Time == nil:
+	case enforcedErr != nil:
+		return enforcedErr.Error()
+	case at == nil:
 		return fmt.Sprintf("when annotation %s was set is unknown (the object's managed fields do not say), so the admission policy %s may not have checked it: set it again",
 			key, v1alpha1.RequestsPolicyName)
-	case mf.Time.Add(clockSkewAllowance).Before(since):
+	case at.Add(clockSkewAllowance).Before(since):
 		return fmt.Sprintf("annotation %s was set at %s, before the admission policy %s that checks requests was in force (%s): set it again",
-			key, mf.Time.UTC().Format(time.RFC3339), v1alpha1.RequestsPolicyName, since.UTC().Format(time.RFC3339))
+			key, at.UTC().Format(time.RFC3339), v1alpha1.RequestsPolicyName, since.UTC().Format(time.RFC3339))
 	}
 	return ""
+}
+
+// requestIgnored is the event that says why a request (what: "Delete request", "Break glass") is
+// not acted on.
+func requestIgnored(what, why string) pipeline.Event {
+	return pipeline.Eventf(true, v1alpha1.ReasonRequestIgnored, "%s not acted on: %s", what, why)
 }
 
 // clockSkewAllowance is how far before the trusted moment a request may be stamped (managed
@@ -103,8 +108,7 @@ func (r *runReconciler) breakGlass(ctx context.Context, run *v1alpha1.TeardownRu
 			if req.untrusted == "" {
 				return req.who
 			}
-			r.events.Emit(ctx, targetRef(targetKeyOf(run.Spec.Target), target), nil, target.Namespace,
-				pipeline.Eventf(true, v1alpha1.ReasonRequestIgnored, "Break glass not acted on: %s", req.untrusted))
+			r.events.Emit(ctx, targetRef(targetKeyOf(run.Spec.Target), target), nil, target.Namespace, requestIgnored("Break glass", req.untrusted))
 		}
 	}
 	ref := run.Spec.PolicyRef

@@ -35,7 +35,7 @@ func TestRequestUntrusted(t *testing.T) {
 		{"no managed fields", &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{v1alpha1.AnnotationAbandon: "x"}}}, nil, "was set is unknown"},
 	}
 	for _, tt := range tests {
-		got := requestUntrusted(tt.obj, v1alpha1.AnnotationAbandon, since, tt.err)
+		got := requestUntrusted(v1alpha1.AnnotationAbandon, annotationSetAt(tt.obj, v1alpha1.AnnotationAbandon), since, tt.err)
 		switch {
 		case tt.want == "" && got != "":
 			t.Errorf("%s: untrusted: %s", tt.name, got)

@@ -181,12 +181,9 @@ func (r *runReconciler) read(ctx context.Context, cached *v1alpha1.TeardownRun) 
 	if v := cached.Annotations[v1alpha1.AnnotationRetry]; v != "" {
 		facts.Retry = v
 		req, _ := r.reads.readRequest(ctx, cached, v1alpha1.AnnotationRetry)
-		facts.RetryBy, facts.RetryUntrusted = req.user, req.untrusted
-		if mf := policy.ManagedEntry(cached, "f:metadata", "f:annotations", "f:"+v1alpha1.AnnotationRetry); mf != nil {
-			facts.RetryAt = mf.Time
-		}
+		facts.RetryBy, facts.RetryAt, facts.RetryUntrusted = req.user, req.at, req.untrusted
 	}
-	if cached.Status.Phase.Finished() && cached.Status.Phase.Releases(cached.Spec.Pipeline.FailurePolicy) {
+	if releasesObject(cached) {
 		facts.TargetGone = true // done with its target; cleanUp reads what it needs
 		return p, facts, nil
 	}
@@ -298,7 +295,7 @@ func (r *runReconciler) readRun(ctx context.Context, key types.NamespacedName) (
 		// version of is forgotten when the cache lets it go: see forgetRun.)
 		r.written.Forget(key)
 	}
-	if err == nil && run.Labels[v1alpha1.LabelReleased] != "" && run.Status.Phase != "" && !releasedRecord(run) && trusted(r.runNamespace, run) == nil {
+	if err == nil && falselyReleased(run) && trusted(r.runNamespace, run) == nil {
 		// Labelled released by someone else while its teardown goes on: the label is taken
 		// back, and the run, cached again, passed again.
 		return nil, r.unlabelReleased(ctx, run)
@@ -322,8 +319,7 @@ func (r *runReconciler) forgetRun(_ context.Context, ev event.DeleteEvent, _ wor
 	key := client.ObjectKeyFromObject(ev.Object)
 	// The event may carry the run as the cache last had it, before the label: its status says
 	// whether it had released its object.
-	if run, ok := ev.Object.(*v1alpha1.TeardownRun); ok && !ev.DeleteStateUnknown && run.Status.Phase != "" &&
-		!(run.Status.Phase.Finished() && run.Status.Phase.Releases(run.Spec.Pipeline.FailurePolicy)) {
+	if run, ok := ev.Object.(*v1alpha1.TeardownRun); ok && !ev.DeleteStateUnknown && run.Status.Phase != "" && !releasesObject(run) {
 		r.written.Set(key, ownwrites.Unknown)
 		r.requeue.Add(reconcile.Request{NamespacedName: key})
 		return

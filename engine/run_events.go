@@ -35,7 +35,7 @@ func (h runEvents) handle(ev watch.Event) {
 		return
 	}
 	for _, r := range h.runsOf(context.Background(), ev.Object.UID) {
-		if r.Status.Phase.Finished() && r.Status.Phase.Releases(r.Spec.Pipeline.FailurePolicy) {
+		if releasesObject(&r) {
 			continue
 		}
 		req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: r.Namespace, Name: r.Name}}

@@ -199,21 +199,20 @@ func (r *runReconciler) record(ctx context.Context, run *v1alpha1.TeardownRun) (
 func (r *runReconciler) writeFirstStatus(ctx context.Context, run *v1alpha1.TeardownRun, status *v1alpha1.TeardownRunStatus) error {
 	key := client.ObjectKeyFromObject(run)
 	run.Status = *status
-	if err := r.client.Status().Update(ctx, run); err != nil {
-		// The run is there; its next pass (the run controller's, or this deletion's again, which
-		// adopts it) starts it from the beginning, as a crash here would. A record is never
-		// cached: nothing would ever forget it.
-		if run.Labels[v1alpha1.LabelReleased] == "" {
-			r.written.Set(key, ownwrites.Unknown)
-		} else {
-			r.written.Forget(key)
-		}
-		return fmt.Errorf("recording the status of run %s/%s: %w", run.Namespace, run.Name, err)
+	err := r.client.Status().Update(ctx, run)
+	// On a failure the run is there; its next pass (the run controller's, or this deletion's
+	// again, which adopts it) starts it from the beginning, as a crash here would.
+	version := ownwrites.Unknown
+	if err == nil {
+		version = run.ResourceVersion
 	}
 	if run.Labels[v1alpha1.LabelReleased] == "" {
-		r.written.Set(key, run.ResourceVersion)
+		r.written.Set(key, version)
 	} else {
-		r.written.Forget(key) // a record, never cached
+		r.written.Forget(key) // a record, never cached: nothing would ever forget it
+	}
+	if err != nil {
+		return fmt.Errorf("recording the status of run %s/%s: %w", run.Namespace, run.Name, err)
 	}
 	return nil
 }
@@ -243,10 +242,10 @@ func (r *runReconciler) recorded(ctx context.Context, key client.ObjectKey) erro
 	if err := r.reader.Get(ctx, key, existing); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if !releasedRecord(existing) || trusted(r.runNamespace, existing) != nil {
-		if existing.Labels[v1alpha1.LabelReleased] != "" && existing.Status.Phase != "" && trusted(r.runNamespace, existing) == nil {
-			return r.unlabelReleased(ctx, existing)
-		}
+	switch {
+	case trusted(r.runNamespace, existing) == nil && falselyReleased(existing):
+		return r.unlabelReleased(ctx, existing)
+	case trusted(r.runNamespace, existing) != nil || !releasedRecord(existing):
 		r.requeue.Add(reconcile.Request{NamespacedName: key})
 		return nil
 	}
@@ -279,13 +278,23 @@ func (r *runReconciler) unlabelReleased(ctx context.Context, run *v1alpha1.Teard
 	return nil
 }
 
+// releasesObject reports whether a run's status says its pipeline ended in a phase that lets its
+// object go.
+func releasesObject(run *v1alpha1.TeardownRun) bool {
+	return run.Status.Phase.Finished() && run.Status.Phase.Releases(run.Spec.Pipeline.FailurePolicy)
+}
+
 // releasedRecord reports whether a run is the record of a teardown that released its object: the
-// operator labelled it released, and its status (which only the operator writes) says the pipeline
-// ended in a phase that releases. The label alone, which whoever may patch runs can set, is not
-// enough.
+// operator labelled it released, and its status (which only the operator writes) says so. The
+// label alone, which whoever may patch runs can set, is not enough.
 func releasedRecord(run *v1alpha1.TeardownRun) bool {
-	st := run.Status
-	return run.Labels[v1alpha1.LabelReleased] != "" && st.Phase.Finished() && st.Phase.Releases(run.Spec.Pipeline.FailurePolicy)
+	return run.Labels[v1alpha1.LabelReleased] != "" && releasesObject(run)
+}
+
+// falselyReleased reports whether a run is labelled released while its status says its teardown
+// goes on: someone else set the label, which unlabelReleased takes back.
+func falselyReleased(run *v1alpha1.TeardownRun) bool {
+	return run.Labels[v1alpha1.LabelReleased] != "" && run.Status.Phase != "" && !releasesObject(run)
 }
 
 // policyEvents sends a pass that succeeded at once to its policy, as one event that the events

@@ -237,8 +237,7 @@ func (r *targetReconciler) abandonTrusted(ctx context.Context, key TargetKey, ob
 	}
 	req, ok := r.reads.readRequest(ctx, live, v1alpha1.AnnotationAbandon)
 	if ok && req.untrusted != "" {
-		r.events.Emit(ctx, targetRef(key, obj), nil, key.Namespace, pipeline.Eventf(true, v1alpha1.ReasonRequestIgnored,
-			"Break glass not acted on: %s", req.untrusted))
+		r.events.Emit(ctx, targetRef(key, obj), nil, key.Namespace, requestIgnored("Break glass", req.untrusted))
 	}
 	return ok && req.untrusted == ""
 }
@@ -267,8 +266,7 @@ func (r *targetReconciler) createRun(ctx context.Context, key TargetKey, obj *me
 		var untrusted string
 		if requested, untrusted = r.reads.deleteRequest(ctx, live, true); requested == "" {
 			if untrusted != "" {
-				r.events.Emit(ctx, targetRef(key, obj), nil, key.Namespace, pipeline.Eventf(true, v1alpha1.ReasonRequestIgnored,
-					"Delete request not acted on: %s", untrusted))
+				r.events.Emit(ctx, targetRef(key, obj), nil, key.Namespace, requestIgnored("Delete request", untrusted))
 			}
 			return nil // withdrawn meanwhile, or not one admission checked
 		}

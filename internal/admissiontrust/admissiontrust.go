@@ -25,10 +25,11 @@ const Settle = 5 * time.Second
 // the messages say it.
 type Policy struct {
 	Name string
-	// Checks is what the policy checks, after "that checks": "approvers".
-	Checks string
-	// One is one thing it vouches for, with its article: "an approval".
-	One string
+	// Checks is what the policy checks, after "that checks": "approvers"; Checker is one of them
+	// ("approver").
+	Checks, Checker string
+	// Noun is what it vouches for ("approval"), and One the same with its article ("an approval").
+	Noun, One string
 }
 
 // Since reads the policy and its binding from the API server (reader) and returns since when
@@ -44,7 +45,7 @@ func Since(ctx context.Context, reader client.Reader, p Policy) (time.Time, erro
 		switch err := reader.Get(ctx, key, o.obj); {
 		case apierrors.IsNotFound(err):
 			return time.Time{}, fmt.Errorf("the %s %s that checks %s is not installed, so no %s can be trusted (install the operator's config/admission, or the chart, again)",
-				o.kind, p.Name, p.Checks, trimArticle(p.One))
+				o.kind, p.Name, p.Checks, p.Noun)
 		case err != nil:
 			return time.Time{}, fmt.Errorf("reading the %s %s that checks %s: %w", o.kind, p.Name, p.Checks, err)
 		}
@@ -54,21 +55,11 @@ func Since(ctx context.Context, reader client.Reader, p Policy) (time.Time, erro
 	}
 	if bind.Spec.PolicyName != p.Name || !slices.Contains(bind.Spec.ValidationActions, admissionregistrationv1.Deny) {
 		return time.Time{}, fmt.Errorf("the ValidatingAdmissionPolicyBinding %s does not deny with policy %s, so nothing refuses a false %s: no %s is trusted",
-			p.Name, p.Name, p.Checks[:len(p.Checks)-1], trimArticle(p.One))
+			p.Name, p.Name, p.Checker, p.Noun)
 	}
 	since := pol.CreationTimestamp.Time
 	if bind.CreationTimestamp.After(since) {
 		since = bind.CreationTimestamp.Time
 	}
 	return since.Add(Settle), nil
-}
-
-// trimArticle drops the article of "an approval".
-func trimArticle(one string) string {
-	for _, a := range []string{"an ", "a "} {
-		if len(one) > len(a) && one[:len(a)] == a {
-			return one[len(a):]
-		}
-	}
-	return one
 }
