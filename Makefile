@@ -84,9 +84,11 @@ verify-generated: $(CONTROLLER_GEN) ## Fail when committed generated files diffe
 	diff -ru charts/teardown-operator/templates/crds $$tmp/chart/crds && \
 	diff -u charts/teardown-operator/templates/clusterrole.yaml $$tmp/chart/clusterrole.yaml && \
 	diff -u charts/teardown-operator/templates/user-roles.yaml $$tmp/chart/user-roles.yaml && \
+	diff -u charts/teardown-operator/templates/resource-steps-role.yaml $$tmp/chart/resource-steps-role.yaml && \
 	diff -u charts/teardown-operator/templates/deletion-guard.yaml $$tmp/chart/deletion-guard.yaml && \
 	diff -u charts/teardown-operator/templates/approvals.yaml $$tmp/chart/approvals.yaml && \
-	diff -u charts/teardown-operator/templates/requests.yaml $$tmp/chart/requests.yaml || \
+	diff -u charts/teardown-operator/templates/requests.yaml $$tmp/chart/requests.yaml && \
+	diff -u charts/teardown-operator/templates/marks.yaml $$tmp/chart/marks.yaml || \
 	{ echo "generated files are stale: run 'make generate manifests' and commit the result" >&2; exit 1; }
 
 ##@ Tools and the local cluster

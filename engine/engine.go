@@ -53,6 +53,9 @@ type Options struct {
 	// DisableAdmissionArming stops the operator from keeping a MutatingAdmissionPolicy per policy
 	// that arms its targets at creation (policy_arming.go); it removes those it made.
 	DisableAdmissionArming bool
+	// ArmingBudget bounds the admission policies that arm objects at creation; the zero value
+	// bounds nothing (cmd/teardown-operator passes DefaultArmingBudget unless told otherwise).
+	ArmingBudget ArmingBudget
 	// Fence is checked before side effects outside the API server (steps.Deps.Fence) and before
 	// every write of the metadata client, which goes past the manager's client (fenced on its
 	// own); nil allows always.
@@ -209,7 +212,7 @@ func (e *Engine) setupDiscovery(mgr manager.Manager, env *expr.Env) error {
 	if err != nil {
 		return fmt.Errorf("engine: discovery client: %w", err)
 	}
-	if e.arming, err = newAdmissionArming(e.client, e.reader, mgr.GetRESTMapper(), newSchemaGate(dc.OpenAPIV3()), e.opts.DisableAdmissionArming); err != nil {
+	if e.arming, err = newAdmissionArming(e.client, e.reader, mgr.GetRESTMapper(), newSchemaGate(dc.OpenAPIV3()), e.opts.DisableAdmissionArming, e.opts.ArmingBudget); err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
 	if err := e.arming.setup(mgr); err != nil {

@@ -9,7 +9,8 @@ import (
 const module = "github.com/teardown-dev/teardown-operator"
 
 // TestImportRule keeps the dependency direction: cmd → {engine, cli} → {engine/*, steps, internal/*, api};
-// steps/* → {steps, internal/*, api}. Only cmd/, cli/ and test/ import the engine, the engine never
+// steps/* → {steps, internal/*, api}; internal/* → {internal/*, api, config} (config/: manifests embedded
+// as they are, importing nothing). Only cmd/, cli/ and test/ import the engine, the engine never
 // imports a step kind or the CLI, so step kinds plug in without the engine knowing them and the
 // compiler and pipeline run without the operator (the CLI).
 func TestImportRule(t *testing.T) {
@@ -41,10 +42,12 @@ func forbidden(pkg, dep string) string {
 		return "only cmd/ and test/ import the CLI"
 	case under(pkg, "engine") && under(dep, "steps") && dep != "steps":
 		return "the engine never imports a step kind (only the steps contract)"
-	case under(pkg, "internal") && !under(dep, "internal") && dep != "api/v1alpha1":
+	case under(pkg, "internal") && !under(dep, "internal") && dep != "api/v1alpha1" && !under(dep, "config"):
 		return "internal packages are leaf libraries"
 	case under(pkg, "api") && dep != pkg:
 		return "the API package imports nothing of the project"
+	case under(pkg, "config"):
+		return "config/ holds manifests (embedded as they are) and imports nothing of the project"
 	}
 	return ""
 }
@@ -57,6 +60,8 @@ func TestForbidden(t *testing.T) {
 		{"steps/wait", "engine", true},
 		{"steps/builtin", "engine", true},
 		{"internal/expr", "engine/policy", true},
+		{"internal/admissiontrust", "config/admission", false},
+		{"config/admission", "api/v1alpha1", true},
 		{"engine", "steps/httpstep", true},
 		{"engine/policy", "steps/wait", true},
 		{"internal/expr", "steps", true},

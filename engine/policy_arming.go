@@ -40,6 +40,8 @@ type admissionArming struct {
 	// schemas holds back an admission policy on a kind whose schema the API server may not have
 	// loaded yet.
 	schemas *schemaGate
+	// budget bounds how many admission policies the operator makes (policy_arming_budget.go).
+	budget ArmingBudget
 }
 
 // sync brings the policy's admission objects in line with its compile (rd nil: not known yet, left
@@ -62,7 +64,11 @@ func (a *admissionArming) sync(ctx context.Context, v policy.View, compiled *pol
 	}
 	spec := admissionSpec(v, compiled, mapping)
 	if !a.exists(ctx, spec.Name()) {
-		// Only before it is made: one that exists is kept up to date whatever the gate says.
+		// Only before it is made: one that exists is kept up to date whatever the budget and
+		// the gate say.
+		if why, err := a.overBudget(ctx, spec); err != nil || why != "" {
+			return protectedFromCreation(false, v1alpha1.ReasonArmingBudget, why), budgetRetry, err
+		}
 		if wait, err := a.schemas.wait(compiled.GVK); err != nil || wait > 0 {
 			return protectedFromCreation(false, v1alpha1.ReasonArmingPending, fmt.Sprintf(
 				"waiting until the API server has had the schema of %s %s for %s before MutatingAdmissionPolicy %s matches it: until then the API server refuses every create such a policy matches; objects are armed by the operator meanwhile",

@@ -21,8 +21,8 @@ import (
 
 // newAdmissionArming says whether the operator arms at admission: the cluster serves
 // MutatingAdmissionPolicy (the manager's RESTMapper says so), and disabled is not set.
-func newAdmissionArming(c client.Client, reader client.Reader, mapper meta.RESTMapper, schemas *schemaGate, disabled bool) (*admissionArming, error) {
-	a := &admissionArming{client: c, reader: reader, schemas: schemas, disabled: disabled}
+func newAdmissionArming(c client.Client, reader client.Reader, mapper meta.RESTMapper, schemas *schemaGate, disabled bool, budget ArmingBudget) (*admissionArming, error) {
+	a := &admissionArming{client: c, reader: reader, schemas: schemas, disabled: disabled, budget: budget}
 	gk := admissionv1.SchemeGroupVersion.WithKind("MutatingAdmissionPolicy").GroupKind()
 	_, err := mapper.RESTMapping(gk, admissionv1.SchemeGroupVersion.Version)
 	switch {

@@ -33,7 +33,7 @@ func TestNewAdmissionArming(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, err := newAdmissionArming(nil, nil, tt.mapper, nil, tt.disabled)
+			a, err := newAdmissionArming(nil, nil, tt.mapper, nil, tt.disabled, ArmingBudget{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,7 +49,7 @@ func TestNewAdmissionArming(t *testing.T) {
 }
 
 func TestAdmissionOffReports(t *testing.T) {
-	a, _ := newAdmissionArming(nil, nil, meta.NewDefaultRESTMapper(nil), nil, false)
+	a, _ := newAdmissionArming(nil, nil, meta.NewDefaultRESTMapper(nil), nil, false, ArmingBudget{})
 	v := policy.View{Key: policy.Key{Kind: policy.KindNamespaced, Namespace: "shop", Name: "db"}}
 	c, _, err := a.sync(context.Background(), v, nil, ready(v1alpha1.ReasonProtecting, ""), nil)
 	if err != nil || c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonAdmissionUnavailable {

@@ -1,13 +1,14 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/internal/admissiontrust"
 )
 
 // A policy's status is computed from facts its reconcile read, by policyStatus, a pure function,
@@ -49,12 +50,20 @@ func notReady(reason, message string) *readiness {
 	return &readiness{status: metav1.ConditionFalse, reason: reason, message: message}
 }
 
-// admissionRead is the read of one of the objects that enforce vetoes (the admission policy and
-// its binding): nil Err when it exists.
+// admissionRead is the read of one of the admission policies (with its binding) that enforce
+// vetoes: the deletion guard's, and the marks' that keep a verdict on its object. Err is a
+// *admissiontrust.MissingError when one is not installed; NotEnforced says why an installed one
+// refuses less than it should.
 type admissionRead struct {
-	Kind string
-	Err  error
+	Name        string
+	Err         error
+	NotEnforced string
 }
+
+// vetoAdmission names the admission policies (each with its binding of the same name) without
+// which a verdict refuses nothing: the deletion guard, and the marks policy without which anyone
+// who may patch an object can take its verdict off.
+var vetoAdmission = []string{v1alpha1.AdmissionPolicyName, v1alpha1.MarksPolicyName}
 
 // policyStatus is the status a policy reports, from the one it had and the facts read now.
 func policyStatus(prev v1alpha1.TeardownPolicyStatus, f policyFacts) v1alpha1.TeardownPolicyStatus {
@@ -90,20 +99,29 @@ func policyStatus(prev v1alpha1.TeardownPolicyStatus, f policyFacts) v1alpha1.Te
 }
 
 // vetoEnforced is the VetoEnforced condition of a policy that vetoes: whether the admission
-// policy and its binding are installed (without them its verdicts are published and nothing
-// refuses a DELETE). Of several problems, the last read's is reported.
+// policies and their bindings are installed (without the deletion guard's its verdicts are
+// published and nothing refuses a DELETE; without the marks', anyone who may patch an object
+// can remove its verdict). Of several problems, the last read's is reported.
 func vetoEnforced(reads []admissionRead) metav1.Condition {
 	c := metav1.Condition{Type: v1alpha1.ConditionVetoEnforced, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAdmissionInstalled,
-		Message: fmt.Sprintf("ValidatingAdmissionPolicy %s and its binding are installed: a DELETE of a vetoed object is refused", v1alpha1.AdmissionPolicyName)}
+		Message: fmt.Sprintf("ValidatingAdmissionPolicies %s and %s and their bindings are installed: a DELETE of a vetoed object is refused, and only the operator can take a verdict off",
+			v1alpha1.AdmissionPolicyName, v1alpha1.MarksPolicyName)}
 	for _, r := range reads {
+		var missing *admissiontrust.MissingError
 		switch {
-		case r.Err == nil:
-		case apierrors.IsNotFound(r.Err):
+		case errors.As(r.Err, &missing) && r.Name == v1alpha1.MarksPolicyName:
 			c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonAdmissionMissing
-			c.Message = fmt.Sprintf("%s %s is not installed: verdicts are published on objects and nothing refuses their deletion; install config/admission (the Helm chart does)", r.Kind, v1alpha1.AdmissionPolicyName)
-		default:
+			c.Message = fmt.Sprintf("%s: anyone who may patch a vetoed object can remove its verdict (label %s) and then delete it; install config/admission (the Helm chart does)",
+				missing, v1alpha1.LabelDeletionGuard)
+		case errors.As(r.Err, &missing):
+			c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonAdmissionMissing
+			c.Message = fmt.Sprintf("%s: verdicts are published on objects and nothing refuses their deletion; install config/admission (the Helm chart does)", missing)
+		case r.Err != nil:
 			c.Status, c.Reason = metav1.ConditionUnknown, v1alpha1.ReasonAdmissionUnverified
-			c.Message = fmt.Sprintf("cannot read %s %s: %v", r.Kind, v1alpha1.AdmissionPolicyName, r.Err)
+			c.Message = fmt.Sprintf("cannot read the admission policy %s: %v", r.Name, r.Err)
+		case r.NotEnforced != "":
+			c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonAdmissionChanged
+			c.Message = r.NotEnforced
 		}
 	}
 	return c

@@ -6,17 +6,16 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/internal/admissiontrust"
 )
 
 func TestPolicyStatus(t *testing.T) {
 	two, five := 2, 5
-	notFound := apierrors.NewNotFound(schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies"}, v1alpha1.AdmissionPolicyName)
-	installed := []admissionRead{{Kind: "ValidatingAdmissionPolicy"}, {Kind: "ValidatingAdmissionPolicyBinding"}}
+	missing := &admissiontrust.MissingError{Kind: "ValidatingAdmissionPolicy", Name: v1alpha1.AdmissionPolicyName}
+	installed := []admissionRead{{Name: v1alpha1.AdmissionPolicyName}, {Name: v1alpha1.MarksPolicyName}}
 	cond := func(typ string, status metav1.ConditionStatus, reason string) metav1.Condition {
 		return metav1.Condition{Type: typ, Status: status, Reason: reason, ObservedGeneration: 3}
 	}
@@ -45,15 +44,20 @@ func TestPolicyStatus(t *testing.T) {
 				Conditions: []metav1.Condition{cond(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonProtecting),
 					cond(v1alpha1.ConditionVetoEnforced, metav1.ConditionTrue, v1alpha1.ReasonAdmissionInstalled)}}},
 		"vetoes, the admission policy missing": {
-			policyFacts{Vetoes: true, Admission: []admissionRead{{Kind: "ValidatingAdmissionPolicy", Err: notFound}, {Kind: "ValidatingAdmissionPolicyBinding"}}},
+			policyFacts{Vetoes: true, Admission: []admissionRead{{Name: v1alpha1.AdmissionPolicyName, Err: missing}, {Name: v1alpha1.MarksPolicyName}}},
 			v1alpha1.TeardownPolicyStatus{Protected: 7, ActiveRuns: 1, StuckRuns: 1, MatchErrors: 4,
 				Conditions: []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProtecting, ObservedGeneration: 2},
 					cond(v1alpha1.ConditionVetoEnforced, metav1.ConditionFalse, v1alpha1.ReasonAdmissionMissing)}}},
 		"vetoes, the binding unreadable": {
-			policyFacts{Vetoes: true, Admission: []admissionRead{{Kind: "ValidatingAdmissionPolicy"}, {Kind: "ValidatingAdmissionPolicyBinding", Err: errors.New("connection refused")}}},
+			policyFacts{Vetoes: true, Admission: []admissionRead{{Name: v1alpha1.AdmissionPolicyName}, {Name: v1alpha1.MarksPolicyName, Err: errors.New("connection refused")}}},
 			v1alpha1.TeardownPolicyStatus{Protected: 7, ActiveRuns: 1, StuckRuns: 1, MatchErrors: 4,
 				Conditions: []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProtecting, ObservedGeneration: 2},
 					cond(v1alpha1.ConditionVetoEnforced, metav1.ConditionUnknown, v1alpha1.ReasonAdmissionUnverified)}}},
+		"vetoes, the marks policy edited": {
+			policyFacts{Vetoes: true, Admission: []admissionRead{{Name: v1alpha1.AdmissionPolicyName}, {Name: v1alpha1.MarksPolicyName, NotEnforced: "edited"}}},
+			v1alpha1.TeardownPolicyStatus{Protected: 7, ActiveRuns: 1, StuckRuns: 1, MatchErrors: 4,
+				Conditions: []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonProtecting, ObservedGeneration: 2},
+					cond(v1alpha1.ConditionVetoEnforced, metav1.ConditionFalse, v1alpha1.ReasonAdmissionChanged)}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tc.facts.Generation, tc.facts.Finalizer = 3, "teardownpolicy.teardown.dev/p"
@@ -68,9 +72,14 @@ func TestPolicyStatus(t *testing.T) {
 }
 
 func TestVetoEnforcedMessages(t *testing.T) {
-	notFound := apierrors.NewNotFound(schema.GroupResource{}, v1alpha1.AdmissionPolicyName)
-	c := vetoEnforced([]admissionRead{{Kind: "ValidatingAdmissionPolicy"}, {Kind: "ValidatingAdmissionPolicyBinding", Err: notFound}})
+	c := vetoEnforced([]admissionRead{{Name: v1alpha1.AdmissionPolicyName,
+		Err: &admissiontrust.MissingError{Kind: "ValidatingAdmissionPolicyBinding", Name: v1alpha1.AdmissionPolicyName}}, {Name: v1alpha1.MarksPolicyName}})
 	if want := "ValidatingAdmissionPolicyBinding teardown.dev-deletion-guard is not installed: verdicts are published on objects and nothing refuses their deletion; install config/admission (the Helm chart does)"; c.Message != want {
 		t.Errorf("message %q, want %q", c.Message, want)
+	}
+	c = vetoEnforced([]admissionRead{{Name: v1alpha1.AdmissionPolicyName},
+		{Name: v1alpha1.MarksPolicyName, Err: &admissiontrust.MissingError{Kind: "ValidatingAdmissionPolicy", Name: v1alpha1.MarksPolicyName}}})
+	if want := "ValidatingAdmissionPolicy teardown.dev-marks is not installed: anyone who may patch a vetoed object can remove its verdict (label teardown.dev/deletion-guard) and then delete it; install config/admission (the Helm chart does)"; c.Message != want || c.Status != metav1.ConditionFalse {
+		t.Errorf("status %s, message %q, want False, %q", c.Status, c.Message, want)
 	}
 }

@@ -2,15 +2,18 @@ package engine
 
 import (
 	"context"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/internal/admissiontrust"
 )
 
-// The kinds of the admission policy that enforces vetoes, read as metadata only.
+// The kinds of the admission policies that enforce vetoes, watched as metadata only (any change
+// to one, its spec's generation included, reconciles the policies that veto).
 var (
 	admissionPolicyGVK  = schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicy"}
 	admissionBindingGVK = schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicyBinding"}
@@ -21,21 +24,26 @@ func vetoes(spec *v1alpha1.TeardownPolicySpec) bool {
 	return spec.DeletionGuard != nil || spec.Trigger == v1alpha1.TriggerDeleteRequest
 }
 
-// readAdmission reads the admission policy and its binding, that enforce the verdicts of a policy
-// that vetoes.
+// readAdmission reads the admission policies and their bindings that enforce the verdicts of a
+// policy that vetoes (vetoAdmission).
 func (r *policyReconciler) readAdmission(ctx context.Context) []admissionRead {
 	var reads []admissionRead
-	for _, gvk := range []schema.GroupVersionKind{admissionPolicyGVK, admissionBindingGVK} {
-		err := r.client.Get(ctx, client.ObjectKey{Name: v1alpha1.AdmissionPolicyName}, metaRef(gvk, "", ""))
-		reads = append(reads, admissionRead{Kind: gvk.Kind, Err: err})
+	for _, name := range vetoAdmission {
+		in, err := admissiontrust.Read(ctx, r.reads.admission, name)
+		read := admissionRead{Name: name, Err: err}
+		if err == nil {
+			read.NotEnforced, read.Err = in.NotEnforced()
+		}
+		reads = append(reads, read)
 	}
 	return reads
 }
 
-// policiesThatVeto maps a change to the admission policy to the policies of kind that veto.
+// policiesThatVeto maps a change to one of the admission policies that enforce vetoes to the
+// policies of kind that veto.
 func (e *Engine) policiesThatVeto(kind string) func(context.Context, client.Object) []reconcile.Request {
 	return func(_ context.Context, o client.Object) []reconcile.Request {
-		if o.GetName() != v1alpha1.AdmissionPolicyName {
+		if !slices.Contains(vetoAdmission, o.GetName()) {
 			return nil
 		}
 		var out []reconcile.Request

@@ -24,7 +24,7 @@ import (
 // force.
 
 // requestsPolicy is the admission policy that checks requests.
-var requestsPolicy = admissiontrust.Policy{Name: v1alpha1.RequestsPolicyName, Checks: "requests", Checker: "request", Noun: "request", One: "a request"}
+var requestsPolicy = admissiontrust.Policy{Name: v1alpha1.RequestsPolicyName, Checks: "requests", Noun: "request"}
 
 // request is a request annotation as the operator reads it.
 type request struct {

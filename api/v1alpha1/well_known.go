@@ -117,7 +117,17 @@ const (
 	ReasonAdmissionInstalled  = "AdmissionPolicyInstalled"
 	ReasonAdmissionMissing    = "AdmissionPolicyMissing"
 	ReasonAdmissionUnverified = "AdmissionPolicyUnverified"
+	// ReasonAdmissionChanged: installed, but it fails open, its binding does not deny, or its
+	// rules are not the ones shipped with the operator.
+	ReasonAdmissionChanged = "AdmissionPolicyChanged"
 )
+
+// MarksPolicyName names the ValidatingAdmissionPolicy and binding (config/admission/marks.yaml)
+// that admit setting, changing or removing the labels and annotations the operator trusts on
+// objects (LabelRunUID, LabelDeletionGuard, AnnotationDeletionGuardMessage,
+// AnnotationDeletedByRun) only from a user RBAC lets update teardownruns/status everywhere: the
+// operator, or a cluster administrator.
+const MarksPolicyName = "teardown.dev-marks"
 
 // The admission policy that checks TeardownApprovals (config/admission/approvals.yaml): their
 // approver is the identity that creates them, and that identity has the verb ApproveVerb on the
@@ -152,6 +162,9 @@ const (
 	ReasonArmingPending = "ArmingPolicyPending"
 	// ReasonArmingRefused: the API server refused the admission policy; the message says why.
 	ReasonArmingRefused = "ArmingPolicyRefused"
+	// ReasonArmingBudget: the operator already keeps as many admission policies as its budget
+	// allows, in all or in the policy's namespace; the message says which.
+	ReasonArmingBudget = "ArmingBudgetExhausted"
 	// ReasonNotProtecting: the policy is not Ready (invalid, suspended, its kind not served), so
 	// nothing arms its targets.
 	ReasonNotProtecting = "NotProtecting"

@@ -48,6 +48,7 @@ type options struct {
 	burst, httpInFlight                   int
 	httpInlineWait                        time.Duration
 	httpAllowed                           string
+	armingBudget                          engine.ArmingBudget
 	zap                                   zap.Options
 }
 
@@ -60,6 +61,10 @@ func parseFlags() *options {
 	flag.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader, so that only one replica acts at a time.")
 	flag.BoolVar(&o.admissionArming, "admission-arming", true,
 		"Keep a MutatingAdmissionPolicy per Ready policy that adds its finalizer to matching objects at creation, whether or not the operator runs (where the cluster serves them); false removes those the operator made.")
+	flag.IntVar(&o.armingBudget.Total, "max-arming-policies", engine.DefaultArmingBudget.Total,
+		"Most MutatingAdmissionPolicies the operator keeps to arm objects at creation, one per Ready policy; policies past it are armed by the operator once it sees their objects. 0: no bound.")
+	flag.IntVar(&o.armingBudget.PerNamespace, "max-arming-policies-per-namespace", engine.DefaultArmingBudget.PerNamespace,
+		"Most of those for the TeardownPolicies of one namespace, so that one tenant cannot take them all. 0: no bound.")
 	flag.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the run namespace).")
 	flag.StringVar(&o.runNS, "run-namespace", envOr("POD_NAMESPACE", "teardown-system"),
 		"Namespace for the TeardownRuns of cluster-scoped targets and of targets whose namespace is being deleted. It must exist.")
@@ -162,6 +167,7 @@ func newManager(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, o
 		Fence:         lock.Check,
 
 		DisableAdmissionArming: !o.admissionArming,
+		ArmingBudget:           o.armingBudget,
 	}, builtin.Kinds(builtin.Options{HTTP: httpOpts})...)
 	if err != nil {
 		return nil, nil, err

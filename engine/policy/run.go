@@ -3,7 +3,6 @@ package policy
 import (
 	"encoding/json"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/internal/naming"
+	"github.com/teardown-dev/teardown-operator/internal/secretdata"
 )
 
 // NewRun is the run of policy p for the deletion of an object of kind gvk, with the object's
@@ -52,15 +52,7 @@ func (c *Compiled) NewRun(gvk schema.GroupVersionKind, obj metav1.Object, snapsh
 
 // Snapshot encodes an object for its run, without managed fields and without a Secret's data.
 func Snapshot(obj map[string]any) ([]byte, error) {
-	u := &unstructured.Unstructured{Object: obj}
+	u := &unstructured.Unstructured{Object: secretdata.Without(obj)}
 	u.SetManagedFields(nil)
-	if gvk := u.GroupVersionKind(); gvk.Group == "" && gvk.Kind == "Secret" {
-		delete(u.Object, "data")
-		delete(u.Object, "stringData")
-		// kubectl apply keeps the whole applied object, data included, in this annotation.
-		ann := u.GetAnnotations()
-		delete(ann, corev1.LastAppliedConfigAnnotation)
-		u.SetAnnotations(ann)
-	}
 	return json.Marshal(u.Object)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/internal/expr"
+	"github.com/teardown-dev/teardown-operator/internal/secretdata"
 )
 
 // InScope reports whether an object in namespace ns may be a target at all: a TeardownPolicy
@@ -42,9 +43,10 @@ func (c *Compiled) MatchObject(ctx context.Context, obj map[string]any) (bool, e
 }
 
 // ObjectVars are the variables of an expression evaluated before any run exists (a match, a
-// deletion guard): the object, and no steps or run.
+// deletion guard): the object (a Secret without its data, as in a run's snapshot), and no steps
+// or run.
 func ObjectVars(obj map[string]any) expr.Vars {
-	return expr.Vars{expr.VarObject: obj, expr.VarSteps: map[string]any{}, expr.VarRun: map[string]any{}}
+	return expr.Vars{expr.VarObject: secretdata.Without(obj), expr.VarSteps: map[string]any{}, expr.VarRun: map[string]any{}}
 }
 
 func selector(ls *metav1.LabelSelector) (labels.Selector, error) {

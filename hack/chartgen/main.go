@@ -51,11 +51,14 @@ func generate(root, out string) error {
 	if err := convert(root, filepath.Join(rbac, "user_roles.yaml"), filepath.Join(out, "user-roles.yaml"), userRoles); err != nil {
 		return err
 	}
+	if err := convert(root, filepath.Join(rbac, "resource_steps_role.yaml"), filepath.Join(out, "resource-steps-role.yaml"), resourceStepsRole); err != nil {
+		return err
+	}
 	admissions := filepath.Join(root, "config", "admission")
 	if err := convert(root, filepath.Join(admissions, "deletion_guard.yaml"), filepath.Join(out, "deletion-guard.yaml"), admission); err != nil {
 		return err
 	}
-	for _, name := range []string{"approvals.yaml", "requests.yaml"} {
+	for _, name := range []string{"approvals.yaml", "requests.yaml", "marks.yaml"} {
 		if err := convert(root, filepath.Join(admissions, name), filepath.Join(out, name), admission); err != nil {
 			return err
 		}
@@ -114,9 +117,28 @@ func crd(text string) (string, error) {
 // clusterRole names the operator's ClusterRole after the release and labels it.
 func clusterRole(text string) (string, error) {
 	text = strings.TrimPrefix(text, "---\n")
+	text, err := replaceOnce(text, wildcardRule, "{{- if .Values.rbac.targetRules }}\n{{ toYaml .Values.rbac.targetRules }}\n{{- else }}\n"+wildcardRule+"{{- end }}\n")
+	if err != nil {
+		return "", err
+	}
 	return replaceOnce(text, "metadata:\n  name: teardown-operator\n",
 		"metadata:\n  name: {{ include \"teardown-operator.fullname\" . }}\n  labels:\n    "+labels+"\n")
 }
+
+// wildcardRule is the rule on every kind (engine/rbac.go) that the chart's rbac.targetRules replace
+// with the kinds a cluster's policies name.
+const wildcardRule = `- apiGroups:
+  - '*'
+  resources:
+  - '*'
+  verbs:
+  - delete
+  - get
+  - list
+  - patch
+  - update
+  - watch
+`
 
 // userRoles names the users' ClusterRoles after the release and adds the chart's labels to theirs.
 func userRoles(text string) (string, error) {
@@ -126,6 +148,16 @@ func userRoles(text string) (string, error) {
 	}
 	text = strings.ReplaceAll(text, "\n  name: teardown-operator-", "\n  name: {{ include \"teardown-operator.fullname\" . }}-")
 	return strings.ReplaceAll(text, "\n  labels:\n", "\n  labels:\n    "+labels+"\n"), nil
+}
+
+// resourceStepsRole names the ClusterRole that resource steps need after the release, with the
+// chart's labels instead of its own.
+func resourceStepsRole(text string) (string, error) {
+	text, err := replaceOnce(text, "\n  name: teardown-operator-resource-steps\n", "\n  name: {{ include \"teardown-operator.fullname\" . }}-resource-steps\n")
+	if err != nil {
+		return "", err
+	}
+	return replaceOnce(text, "\n  labels:\n    app.kubernetes.io/name: teardown-operator\n", "\n  labels:\n    "+labels+"\n")
 }
 
 // replaceOnce replaces old, which must occur exactly once.

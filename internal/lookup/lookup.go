@@ -17,6 +17,7 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/internal/expr"
+	"github.com/teardown-dev/teardown-operator/internal/secretdata"
 )
 
 // MaxItems bounds how many objects one lookup may bind; an expression over more is refused
@@ -230,6 +231,12 @@ func (l Lookup) Resolve(ctx context.Context, lister Lister, vars expr.Vars, w Wh
 	items, err := lister.List(ctx, l.GVK, wt.Namespace, sel, MaxItems)
 	if errors.Is(err, ErrTooMany) {
 		return nil, wt, fmt.Errorf("%w: more than %d %s match %q", ErrRefused, MaxItems, l.GVK.Kind, sel)
+	}
+	// A Secret's data is never bound: what no expression sees, no message can quote.
+	for i, item := range items {
+		if obj, ok := item.(map[string]any); ok {
+			items[i] = secretdata.Without(obj)
+		}
 	}
 	return items, wt, err
 }

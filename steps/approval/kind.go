@@ -19,9 +19,10 @@ import (
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
-// The operator asks RBAC about approvers, and reads the answers and the admission policy that
-// checks them (its ClusterRole reads every kind already).
+// The operator asks RBAC about approvers, and reads the answers (cached) and the admission policy
+// that checks them (engine/rbac.go grants reading admission policies).
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// +kubebuilder:rbac:groups=teardown.dev,resources=teardownapprovals,verbs=get;list;watch
 
 // OutputApprovedBy is the output listing who approved, for later steps (and notifications):
 // steps.<name>.outputs.approvedBy.

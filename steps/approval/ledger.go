@@ -75,7 +75,7 @@ func Access(run *v1alpha1.TeardownRun) *authorizationv1.ResourceAttributes {
 }
 
 // Policy is the admission policy that checks approvers.
-var Policy = admissiontrust.Policy{Name: v1alpha1.ApprovalPolicyName, Checks: "approvers", Checker: "approver", Noun: "approval", One: "an approval"}
+var Policy = admissiontrust.Policy{Name: v1alpha1.ApprovalPolicyName, Checks: "approvers", Noun: "approval"}
 
 func (l *apiLedger) Enforced(ctx context.Context) (time.Time, error) {
 	return admissiontrust.Since(ctx, l.reader, Policy)

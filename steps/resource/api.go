@@ -2,6 +2,7 @@ package resource
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -111,6 +112,9 @@ var serviceAccounts = schema.GroupVersionResource{Version: "v1", Resource: "serv
 func (d *Dynamic) exists(ctx context.Context, id Identity) error {
 	if id.IsOperator() {
 		return nil
+	}
+	if id.Namespace == SystemNamespace {
+		return errors.New(systemRefusal) // also checked when the policy is compiled
 	}
 	d.mu.Lock()
 	at, ok := d.seen[id]

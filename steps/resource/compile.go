@@ -48,8 +48,21 @@ func (a *action) compileIdentity(cc steps.CompileContext, r *v1alpha1.ResourceSt
 	default:
 		a.id = Identity{Namespace: r.ServiceAccountNamespace, Name: r.ServiceAccountName}
 	}
+	if a.id.Namespace == SystemNamespace {
+		path := nsp
+		if cc.Namespaced {
+			path = np
+		}
+		errs = append(errs, field.Forbidden(path, systemRefusal))
+	}
 	return errs
 }
+
+// SystemNamespace is the namespace of the cluster's own controllers; no step acts as one of its
+// ServiceAccounts (some of them may escalate, bind or impersonate).
+const SystemNamespace = "kube-system"
+
+const systemRefusal = "a resource step never acts as a ServiceAccount of kube-system, whose ServiceAccounts are the cluster's own controllers: make a ServiceAccount in another namespace with a Role granting what the step needs"
 
 // compileManifest compiles the object of a Create or Apply: apiVersion and kind written out,
 // metadata.name required, every string a template.

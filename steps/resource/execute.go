@@ -10,6 +10,7 @@ import (
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/internal/naming"
+	"github.com/teardown-dev/teardown-operator/internal/secretdata"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
 
@@ -106,7 +107,7 @@ func (a *action) observe(ctx context.Context, in *steps.Input, st state) steps.R
 // judge decides the step's outcome from the object as the API server has it: failureCondition
 // first, then successCondition (none: done). done says what the action did, for the message.
 func (a *action) judge(ctx context.Context, in *steps.Input, st state, ref Ref, obj *unstructured.Unstructured, done string) steps.Result {
-	vars := in.Vars.With(VarResource, obj.Object)
+	vars := in.Vars.With(VarResource, secretdata.Without(obj.Object)) // a Secret's data never reaches a run
 	prefix := ref.String()
 	switch {
 	case st.adopted:
@@ -142,7 +143,7 @@ func (a *action) judge(ctx context.Context, in *steps.Input, st state, ref Ref, 
 // succeed ends the step with its outputs.
 func (a *action) succeed(ctx context.Context, in *steps.Input, st state, ref Ref, obj *unstructured.Unstructured, prefix string) steps.Result {
 	out := map[string]apiextensionsv1.JSON{OutputName: jsonOf(ref.Name), OutputNamespace: jsonOf(ref.Namespace)}
-	vars := in.Vars.With(VarResource, obj.Object)
+	vars := in.Vars.With(VarResource, secretdata.Without(obj.Object)) // a Secret's data never reaches a run
 	for name, prog := range a.outputs {
 		raw, err := prog.EvalJSON(ctx, vars)
 		if err != nil {

@@ -18,8 +18,12 @@ import (
 )
 
 // RBAC: the operator acts as the ServiceAccounts that policies name, and has no other right of
-// theirs; what a step may do is what its ServiceAccount may do.
-// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=impersonate
+// theirs; what a step may do is what its ServiceAccount may do. Its ClusterRole does not grant
+// impersonate: a cluster administrator grants it per namespace, by binding the ClusterRole
+// teardown-operator-resource-steps there (config/rbac/resource_steps_role.yaml), so that no
+// policy can act as a ServiceAccount of a namespace nobody opted in (kube-system's among them).
+// It reads ServiceAccounts, to act only as one that exists.
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get
 
 // Defaults and limits.
 const (

@@ -127,7 +127,8 @@ func (a *action) apiFailure(err error, verb string, ref Ref) steps.Result {
 	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
 		return steps.Fail(false, "namespace %s is being deleted, and no object can be created in a terminating namespace: %v", ref.Namespace, err)
 	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "cannot impersonate"):
-		return steps.Fail(true, "the operator may not act as %s: its ClusterRole needs the verb impersonate on serviceaccounts (the chart and config/rbac grant it): %v", a.id, err)
+		return steps.Fail(true, "the operator may not act as %s: namespace %s is not opted in to resource steps; a cluster administrator opts it in by binding ClusterRole teardown-operator-resource-steps there to the operator's ServiceAccount (chart value resourceSteps.namespaces; docs/resource-steps.md, \"Opting a namespace in\"): %v",
+			a.id, a.id.Namespace, err)
 	case apierrors.IsForbidden(err):
 		// RBAC (or an admission policy) refused: a Role granted later helps a retry.
 		what := resourceName(err, ref)

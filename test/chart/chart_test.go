@@ -253,7 +253,7 @@ func TestFullValues(t *testing.T) {
 		t.Errorf("image = %s, want the digest", c.Image)
 	}
 	for _, arg := range []string{"--run-namespace=teardown-runs", "--target-workers=32", "--run-workers=8", "--run-retention=720h",
-		"--stuck-after=30m", "--admission-arming=false", "--http-allowed-destinations=10.20.0.0/16,127.0.0.1:8443", "--zap-log-level=debug",
+		"--stuck-after=30m", "--admission-arming=false", "--max-arming-policies=50", "--max-arming-policies-per-namespace=5", "--http-allowed-destinations=10.20.0.0/16,127.0.0.1:8443", "--zap-log-level=debug",
 		"--http-inline-wait=50ms", "--metrics-bind-address=:9090", "--metrics-cert-dir=/etc/teardown-operator/metrics-certs"} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("args %v lack %s", c.Args, arg)
@@ -285,6 +285,75 @@ func TestFullValues(t *testing.T) {
 	b := mustGet[*rbacv1.ClusterRoleBinding](t, r, "ClusterRoleBinding", "teardown")
 	if b.Subjects[0].Name != "teardown-sa" {
 		t.Errorf("ClusterRoleBinding binds %s, want teardown-sa", b.Subjects[0].Name)
+	}
+}
+
+// TestResourceStepsOptIn: impersonation is granted only where resourceSteps says, never by the
+// operator's own ClusterRole.
+func TestResourceStepsOptIn(t *testing.T) {
+	impersonates := func(rules []rbacv1.PolicyRule) bool {
+		for _, r := range rules {
+			if slices.Contains(r.Verbs, "impersonate") || slices.Contains(r.Verbs, "*") {
+				return true
+			}
+		}
+		return false
+	}
+	r := render(t)
+	if impersonates(mustGet[*rbacv1.ClusterRole](t, r, "ClusterRole", release).Rules) {
+		t.Error("the operator's ClusterRole grants impersonate")
+	}
+	if !impersonates(mustGet[*rbacv1.ClusterRole](t, r, "ClusterRole", release+"-resource-steps").Rules) {
+		t.Error("the resource steps' ClusterRole does not grant impersonate")
+	}
+	for _, k := range r.kinds() {
+		if strings.HasSuffix(k, "/"+release+"-resource-steps") && strings.Contains(k, "Binding") {
+			t.Errorf("bound by default: %s", k)
+		}
+	}
+	r = render(t, "--set", "resourceSteps.namespaces={shop,db}")
+	for _, ns := range []string{"shop", "db"} {
+		var b *rbacv1.RoleBinding
+		for _, o := range r.objects {
+			if rb, ok := o.(*rbacv1.RoleBinding); ok && rb.Namespace == ns && rb.Name == release+"-resource-steps" {
+				b = rb
+			}
+		}
+		if b == nil || b.RoleRef.Kind != "ClusterRole" || b.RoleRef.Name != release+"-resource-steps" ||
+			b.Subjects[0].Name != release || b.Subjects[0].Namespace != namespace {
+			t.Errorf("namespace %s: RoleBinding %+v, want %s-resource-steps bound to the operator's ServiceAccount", ns, b, release)
+		}
+	}
+	if slices.Contains(r.kinds(), "ClusterRoleBinding/"+release+"-resource-steps") {
+		t.Error("namespaces listed, yet bound in every namespace")
+	}
+	r = render(t, "--set", "resourceSteps.allNamespaces=true")
+	mustGet[*rbacv1.ClusterRoleBinding](t, r, "ClusterRoleBinding", release+"-resource-steps")
+}
+
+// TestTargetRules: rbac.targetRules replace the rule on every kind, and only it.
+func TestTargetRules(t *testing.T) {
+	wildcard := func(rules []rbacv1.PolicyRule) bool {
+		for _, r := range rules {
+			if slices.Contains(r.APIGroups, "*") || slices.Contains(r.Resources, "*") {
+				return true
+			}
+		}
+		return false
+	}
+	def := mustGet[*rbacv1.ClusterRole](t, render(t), "ClusterRole", release).Rules
+	if !wildcard(def) {
+		t.Fatal("the default ClusterRole has no rule on every kind")
+	}
+	narrowed := mustGet[*rbacv1.ClusterRole](t, render(t, "--set-json",
+		`rbac.targetRules=[{"apiGroups":["postgresql.cnpg.io"],"resources":["clusters"],"verbs":["get","list","watch","patch","update"]}]`), "ClusterRole", release).Rules
+	if wildcard(narrowed) {
+		t.Errorf("narrowed, the ClusterRole still has a rule on every kind: %v", narrowed)
+	}
+	if len(narrowed) != len(def) || !slices.ContainsFunc(narrowed, func(r rbacv1.PolicyRule) bool {
+		return slices.Equal(r.APIGroups, []string{"postgresql.cnpg.io"}) && slices.Equal(r.Resources, []string{"clusters"})
+	}) {
+		t.Errorf("narrowed rules %v: want the default's with the rule on every kind replaced by the one given", narrowed)
 	}
 }
 
@@ -331,6 +400,10 @@ func TestBadValues(t *testing.T) {
 		{[]string{"--set", "metrics.serviceMonitor.tlsConfig=verify"}, []string{"tlsConfig", "object"}},
 		{[]string{"--set", "spreadReplicas=maybe"}, []string{"spreadReplicas", "boolean"}},
 		{[]string{"--set", "operator.extraArgs[0]=--metrics-secure=false"}, []string{"operator.extraArgs: --metrics-secure is set by the chart"}},
+		{[]string{"--set", "resourceSteps.namespaces={kube-system}"}, []string{"resourceSteps.namespaces: kube-system is refused"}},
+		{[]string{"--set", "resourceSteps.namespaces={Shop}"}, []string{"resourceSteps/namespaces/0", "pattern"}},
+		{[]string{"--set", "resourceSteps.allNamespaces=yes"}, []string{"allNamespaces", "boolean"}},
+		{[]string{"--set-json", `rbac.targetRules=[{"apiGroups":[""],"resources":["secrets"],"verbs":["escalate"]}]`}, []string{"/rbac/targetRules/0/verbs/0", "must be one of"}},
 	} {
 		out, err := helm(t, append([]string{"template", release, chartDir}, tc.set...)...)
 		if err == nil {

@@ -59,9 +59,10 @@ var _ = BeforeSuite(func() {
 	Expect(framework.InstallCRDs(ctx, k8s, filepath.Join(root, "config", "crd", "bases"))).To(Succeed())
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: runNamespace}}
 	Expect(client.IgnoreAlreadyExists(k8s.Create(ctx, ns))).To(Succeed())
-	// Requests (delete-requested, abandon, retry) count only while the admission policy that
-	// checks them is in force, as in any install.
-	Expect(framework.InstallRequestsPolicy(ctx, k8s, root)).To(Succeed())
+	// The admission policies of config/admission, as in any install: requests (delete-requested,
+	// abandon, retry) count only while the one that checks them is in force, and the one on the
+	// operator's marks admits the Job controller's pods of job steps' Jobs.
+	Expect(framework.InstallAdmissionPolicies(ctx, k8s, root)).To(Succeed())
 	Expect(framework.AwaitRequestsTrusted(ctx, k8s)).To(Succeed())
 
 	By("building the operator and the kubectl plugin, and starting the operator")

@@ -12,11 +12,10 @@ import (
 	"strings"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
-	"github.com/teardown-dev/teardown-operator/steps/approval"
+	"github.com/teardown-dev/teardown-operator/internal/admissiontrust"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -121,10 +120,10 @@ func waitEstablished(ctx context.Context, c client.Client, name string) error {
 }
 
 // InstallAdmissionPolicies creates the ValidatingAdmissionPolicies and bindings in
-// config/admission (deletion guards, approvals, requests), as an install would; existing ones are
+// config/admission (deletion guards and the marks they rest on, approvals, requests), as an install would; existing ones are
 // kept.
 func InstallAdmissionPolicies(ctx context.Context, c client.Client, root string) error {
-	for _, file := range []string{"deletion_guard.yaml", "approvals.yaml", "requests.yaml"} {
+	for _, file := range []string{"deletion_guard.yaml", "marks.yaml", "approvals.yaml", "requests.yaml"} {
 		if err := installManifests(ctx, c, filepath.Join(root, "config", "admission", file)); err != nil {
 			return err
 		}
@@ -138,8 +137,8 @@ func InstallRequestsPolicy(ctx context.Context, c client.Client, root string) er
 	return installManifests(ctx, c, filepath.Join(root, "config", "admission", "requests.yaml"))
 }
 
-// AwaitApprovalsTrusted waits until the operator trusts approvals: PolicySettle after the
-// admission policy that checks approvers, and its binding, were created (InstallAdmissionPolicies).
+// AwaitApprovalsTrusted waits until the operator trusts approvals: admissiontrust.Settle after the
+// admission policy that checks approvers, and its binding, were created or last written.
 func AwaitApprovalsTrusted(ctx context.Context, c client.Client) error {
 	return awaitTrusted(ctx, c, v1alpha1.ApprovalPolicyName)
 }
@@ -160,19 +159,19 @@ func Request(ctx context.Context, c client.Client, why string) (string, error) {
 	return review.Status.UserInfo.Username + ": " + why, nil
 }
 
+// AwaitInForce waits until the API server enforces the admission policy name (as the operator
+// reckons it: admissiontrust.Settle after its or its binding's last write).
+func AwaitInForce(ctx context.Context, c client.Client, name string) error {
+	return awaitTrusted(ctx, c, name)
+}
+
 func awaitTrusted(ctx context.Context, c client.Client, name string) error {
-	key := client.ObjectKey{Name: name}
-	var since time.Time
-	for _, obj := range []client.Object{&admissionregistrationv1.ValidatingAdmissionPolicy{}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}} {
-		if err := c.Get(ctx, key, obj); err != nil {
-			return err
-		}
-		if t := obj.GetCreationTimestamp().Time; t.After(since) {
-			since = t
-		}
+	in, err := admissiontrust.Read(ctx, c, name)
+	if err != nil {
+		return err
 	}
-	// Creation times are in whole seconds: a second more covers the rounding.
-	time.Sleep(time.Until(since.Add(approval.PolicySettle + time.Second)))
+	// Times are in whole seconds: a second more covers the rounding.
+	time.Sleep(time.Until(in.Since().Add(time.Second)))
 	return nil
 }
 

@@ -61,3 +61,25 @@ func BindOperatorRole(ctx context.Context, c client.Client, root, namespace, nam
 	binding.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: name}}
 	return client.IgnoreAlreadyExists(c.Create(ctx, binding))
 }
+
+// OptInResourceSteps lets resource steps act as the ServiceAccounts of ns, as a cluster
+// administrator does: the ClusterRole of config/rbac/resource_steps_role.yaml (created if need
+// be) bound in ns to the operator's ServiceAccount namespace/name.
+func OptInResourceSteps(ctx context.Context, c client.Client, root, ns, namespace, name string) error {
+	raw, err := os.ReadFile(filepath.Join(root, "config", "rbac", "resource_steps_role.yaml"))
+	if err != nil {
+		return err
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.UnmarshalStrict(raw, role); err != nil {
+		return fmt.Errorf("config/rbac/resource_steps_role.yaml: %w", err)
+	}
+	if err := client.IgnoreAlreadyExists(c.Create(ctx, role)); err != nil {
+		return err
+	}
+	binding := &rbacv1.RoleBinding{}
+	binding.Namespace, binding.Name = ns, fmt.Sprintf("%s-%s-%s", role.Name, namespace, name)
+	binding.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}
+	binding.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: name}}
+	return client.IgnoreAlreadyExists(c.Create(ctx, binding))
+}

@@ -338,3 +338,39 @@ var _ = Describe("Born protected", func() {
 		Eventually(admissionObjectsExist(ctx, ns, p.Name), 10*time.Second).Should(BeFalse())
 	})
 })
+
+var _ = Describe("Arming budget", func() {
+	ctx := context.Background()
+
+	It("keeps no more admission policies for one namespace than the budget; the policy past it still protects its objects", func() {
+		restartOperatorWith(func(o *engine.Options) { o.ArmingBudget = engine.ArmingBudget{PerNamespace: 2} })
+		ns, other := newNamespace(ctx), newNamespace(ctx)
+		var policies []*v1alpha1.TeardownPolicy
+		for _, name := range []string{"first", "second", "third"} {
+			p := namespacedPolicy(ns, name, waitStep("noop", 0))
+			Expect(k8s.Create(ctx, p)).To(Succeed())
+			expectReady(ctx, p, metav1.ConditionTrue)
+			// One at a time, so that which one is past the budget is known.
+			Eventually(protectedFromCreation(ctx, p), 10*time.Second).ShouldNot(BeNil())
+			policies = append(policies, p)
+		}
+		for _, p := range policies[:2] {
+			Expect(conditionReason(protectedFromCreation(ctx, p)())).To(Equal("True/" + v1alpha1.ReasonArmedAtAdmission))
+		}
+		past := protectedFromCreation(ctx, policies[2])()
+		Expect(conditionReason(past)).To(Equal("False/" + v1alpha1.ReasonArmingBudget))
+		Expect(past.Message).To(ContainSubstring("namespace " + ns + " already has 2 TeardownPolicies armed at admission, as many as --max-arming-policies-per-namespace allows"))
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: naming.ArmingPolicyName(ns, "third")}, &admissionv1.MutatingAdmissionPolicy{})).To(
+			WithTransform(apierrors.IsNotFound, BeTrue()))
+
+		By("its objects are still protected, armed by the operator")
+		cm := configMap(ns, "orders", map[string]string{"app": "third"})
+		Expect(k8s.Create(ctx, cm)).To(Succeed())
+		Eventually(finalizers(ctx, cm), 10*time.Second).Should(ContainElement(finalizerOf(policies[2])))
+
+		By("another namespace has a budget of its own")
+		p := namespacedPolicy(other, "elsewhere", waitStep("noop", 0))
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		Eventually(protectedFromCreation(ctx, p), 10*time.Second).Should(WithTransform(conditionReason, Equal("True/"+v1alpha1.ReasonArmedAtAdmission)))
+	})
+})

@@ -14,6 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -26,8 +27,16 @@ import (
 )
 
 // serviceAccountWith makes a ServiceAccount in ns allowed verbs on resource of group there (none:
-// a ServiceAccount with no Role).
+// a ServiceAccount with no Role), and opts ns in to resource steps, as a cluster administrator
+// does (the operator may then act as its ServiceAccounts).
 func serviceAccountWith(ctx context.Context, ns, name, group, resource string, verbs ...string) {
+	GinkgoHelper()
+	Expect(framework.OptInResourceSteps(ctx, k8s, filepath.Join("..", ".."), ns, framework.OperatorNamespace, framework.OperatorName)).To(Succeed())
+	serviceAccountAlone(ctx, ns, name, group, resource, verbs...)
+}
+
+// serviceAccountAlone is serviceAccountWith in a namespace nobody opted in.
+func serviceAccountAlone(ctx context.Context, ns, name, group, resource string, verbs ...string) {
 	GinkgoHelper()
 	Expect(k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})).To(Succeed())
 	if len(verbs) == 0 {
@@ -175,6 +184,49 @@ var _ = Describe("Resource steps", func() {
 		Expect(k8s.List(ctx, backups, client.InNamespace(ns))).To(Succeed())
 		Expect(backups.Items).To(BeEmpty())
 		Consistently(gone(ctx, cluster), time.Second).Should(BeFalse(), "failurePolicy Retain keeps the Cluster")
+	})
+
+	It("act only in namespaces a cluster administrator opted in, saying how to opt one in", func(ctx SpecContext) {
+		operatorWithToken(ctx)
+		ns := newNamespace(ctx)
+		serviceAccountAlone(ctx, ns, "backup", "postgresql.cnpg.io", "backups", "create", "get")
+		policy := resourcePolicy(ns, "final", fmtStep(finalBackupStep, "backup"))
+		cluster := deleteProtected(ctx, policy, cnpgCluster(ns, "orders"))
+		Eventually(runPhase(ctx, cluster), 10*time.Second).Should(Equal(v1alpha1.RunFailed))
+		Expect(runFor(ctx, cluster)().Status.Steps[0].Message).To(HavePrefix(
+			"the operator may not act as ServiceAccount " + ns + "/backup: namespace " + ns + " is not opted in to resource steps; " +
+				"a cluster administrator opts it in by binding ClusterRole teardown-operator-resource-steps there"))
+		backups := &unstructured.UnstructuredList{}
+		backups.SetAPIVersion("postgresql.cnpg.io/v1")
+		backups.SetKind("BackupList")
+		Expect(k8s.List(ctx, backups, client.InNamespace(ns))).To(Succeed())
+		Expect(backups.Items).To(BeEmpty())
+
+		By("opted in, a retry goes on")
+		Expect(framework.OptInResourceSteps(ctx, k8s, filepath.Join("..", ".."), ns, framework.OperatorNamespace, framework.OperatorName)).To(Succeed())
+		run := runFor(ctx, cluster)()
+		retried := run.DeepCopy()
+		retried.Annotations = map[string]string{v1alpha1.AnnotationRetry: asRequest("opted in")}
+		Expect(k8s.Patch(ctx, retried, client.MergeFrom(run))).To(Succeed())
+		Eventually(func() int {
+			Expect(k8s.List(ctx, backups, client.InNamespace(ns))).To(Succeed())
+			return len(backups.Items)
+		}, 10*time.Second).Should(Equal(1))
+	})
+
+	It("refuse a policy that acts as a ServiceAccount of kube-system", func(ctx SpecContext) {
+		p := &v1alpha1.ClusterTeardownPolicy{ObjectMeta: metav1.ObjectMeta{Name: "system-" + strings.ToLower(rand.String(5))},
+			Spec: v1alpha1.ClusterTeardownPolicySpec{TeardownPolicySpec: resourcePolicy("x", "x", `
+name: escalate
+resource:
+  serviceAccountName: clusterrole-aggregation-controller
+  serviceAccountNamespace: kube-system
+  action: Delete
+  target: {apiVersion: postgresql.cnpg.io/v1, kind: Backup, name: "${object.metadata.name}"}`).Spec}}
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, p))).To(Succeed()) })
+		cond := expectReady(ctx, p, metav1.ConditionFalse)
+		Expect(cond.Message).To(ContainSubstring("spec.steps[0].resource.serviceAccountNamespace: Forbidden: a resource step never acts as a ServiceAccount of kube-system"))
 	})
 
 	It("never act as a ServiceAccount that does not exist, whatever a RoleBinding left to its name grants", func(ctx SpecContext) {

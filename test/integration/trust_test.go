@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -9,13 +10,16 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/types"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine"
@@ -47,6 +51,16 @@ func abandonAndWait(ctx context.Context, cm *corev1.ConfigMap) {
 		c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: asRequest("test over")}
 	})
 	Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
+}
+
+// heldOnWait is a deleted object whose teardown waits for an hour, in a namespace of its own.
+func heldOnWait(ctx context.Context) *corev1.ConfigMap {
+	GinkgoHelper()
+	ns := newNamespace(ctx)
+	cm := protect(ctx, namespacedPolicy(ns, "slow", waitStep("hold", time.Hour)), "orders")
+	Expect(k8s.Delete(ctx, cm)).To(Succeed())
+	Eventually(stepPhase(ctx, cm, "hold"), 10*time.Second).Should(Equal(v1alpha1.StepRunning))
+	return cm
 }
 
 // forgeApproval is the run with step's approval decided by who, and the step succeeded.
@@ -101,13 +115,9 @@ var _ = Describe("The trust boundary: what a tenant may write decides nothing", 
 
 	It("a run labelled released by a tenant releases nothing while its status says it runs", func() {
 		restartOperatorAsServiceAccount(ctx)
-		ns := newNamespace(ctx)
-		p := namespacedPolicy(ns, "slow", waitStep("hold", time.Hour))
-		cm := protect(ctx, p, "orders")
-		Expect(k8s.Delete(ctx, cm)).To(Succeed())
-		Eventually(stepPhase(ctx, cm, "hold"), 10*time.Second).Should(Equal(v1alpha1.StepRunning))
+		cm := heldOnWait(ctx)
 		run := runFor(ctx, cm)()
-		mallory := tenantOf(ctx, ns, "mallory@example.com")
+		mallory := tenantOf(ctx, cm.Namespace, "mallory@example.com")
 
 		labelled := run.DeepCopy()
 		labelled.Labels[v1alpha1.LabelReleased] = "true"
@@ -116,7 +126,7 @@ var _ = Describe("The trust boundary: what a tenant may write decides nothing", 
 		Eventually(func() map[string]string { return runFor(ctx, cm)().Labels }, 10*time.Second).ShouldNot(HaveKey(v1alpha1.LabelReleased),
 			"the operator takes back a label it did not set")
 		Consistently(gone(ctx, cm), 3*time.Second).Should(BeFalse(), "a label anyone who may patch runs can set releases nothing")
-		Expect(finalizers(ctx, cm)()).To(ContainElement(finalizerOf(p)))
+		Expect(finalizers(ctx, cm)()).To(ContainElement(finalizerOf(namespacedPolicy(cm.Namespace, "slow"))))
 		Expect(runPhase(ctx, cm)()).To(Equal(v1alpha1.RunRunning))
 		abandonAndWait(ctx, cm)
 	})
@@ -228,11 +238,7 @@ var _ = Describe("The trust boundary: what a tenant may write decides nothing", 
 	})
 
 	It("acts on no request while the admission policy that checks requests is missing, and says why", Serial, func() {
-		ns := newNamespace(ctx)
-		p := namespacedPolicy(ns, "slow", waitStep("hold", time.Hour))
-		cm := protect(ctx, p, "orders")
-		Expect(k8s.Delete(ctx, cm)).To(Succeed())
-		Eventually(stepPhase(ctx, cm, "hold"), 10*time.Second).Should(Equal(v1alpha1.StepRunning))
+		cm := heldOnWait(ctx)
 
 		By("the policy's binding gone, a break glass counts for nothing")
 		binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.RequestsPolicyName}}
@@ -255,6 +261,193 @@ var _ = Describe("The trust boundary: what a tenant may write decides nothing", 
 		Expect(gone(ctx, cm)()).To(BeFalse())
 		abandonAndWait(ctx, cm)
 		Expect(runFor(ctx, cm)().Status.AbandonedBy).To(HavePrefix(adminName + ` (annotation teardown.dev/abandon="test over")`))
+	})
+})
+
+var _ = Describe("The operator's marks on objects: only the operator sets them", func() {
+	ctx := context.Background()
+
+	BeforeEach(func() {
+		installDeletionGuardPolicy(ctx)
+		Expect(framework.AwaitInForce(ctx, k8s, v1alpha1.MarksPolicyName)).To(Succeed())
+	})
+
+	It("refuses a tenant who labels an object to exempt it, takes its verdict off, or lifts a veto by annotation", func() {
+		ns := newNamespace(ctx)
+		p := twoPhasePolicy(ns, "export", 0)
+		cm := protect(ctx, p, "orders")
+		Eventually(func() map[string]string { return labelsOf(ctx, cm) }, 10*time.Second).Should(HaveKeyWithValue(v1alpha1.LabelDeletionGuard, v1alpha1.GuardDenyAlways))
+		mallory := personOf("mallory@example.com")
+		roleFor(ctx, ns, mallory.name, "configmaps", "get", "list", "watch", "create", "update", "patch", "delete")
+		edit := func(f func(c *corev1.ConfigMap)) error {
+			live := &corev1.ConfigMap{}
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), live)).To(Succeed())
+			edited := live.DeepCopy()
+			f(edited)
+			return mallory.client.Patch(ctx, edited, client.MergeFrom(live))
+		}
+		refusal := func(mark string) types.GomegaMatcher {
+			return MatchError(And(ContainSubstring("user "+mallory.name+" may not set, change or remove "+mark),
+				ContainSubstring("the teardown operator alone sets them")))
+		}
+
+		By("labelling it as made by a run (which would exempt it from every policy): refused")
+		Expect(edit(func(c *corev1.ConfigMap) { c.Labels[v1alpha1.LabelRunUID] = "x" })).To(refusal("label " + v1alpha1.LabelRunUID))
+		By("taking the deletion guard's verdict off, to delete it next: refused, by patch and by update")
+		Expect(edit(func(c *corev1.ConfigMap) { delete(c.Labels, v1alpha1.LabelDeletionGuard) })).To(refusal("label " + v1alpha1.LabelDeletionGuard))
+		live := &corev1.ConfigMap{}
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(cm), live)).To(Succeed())
+		live.Labels[v1alpha1.LabelDeletionGuard] = v1alpha1.GuardDeny
+		Expect(mallory.client.Update(ctx, live)).To(refusal("label " + v1alpha1.LabelDeletionGuard))
+		By("annotating it with the run's computable name, as the operator lifts its own veto: refused")
+		run := naming.RunName("TeardownPolicy", ns, p.Name, cm.Name, cm.UID)
+		Expect(edit(func(c *corev1.ConfigMap) {
+			c.Annotations[v1alpha1.AnnotationDeletedByRun] = run
+		})).To(refusal("annotation " + v1alpha1.AnnotationDeletedByRun))
+		By("creating an object already labelled as a run's: refused")
+		made := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "exempt", Labels: map[string]string{"app": "orders", v1alpha1.LabelRunUID: "x"}}}
+		Expect(mallory.client.Create(ctx, made)).To(refusal("label " + v1alpha1.LabelRunUID))
+
+		By("the object is still armed and its veto holds")
+		Consistently(func() map[string]string { return labelsOf(ctx, cm) }, 2*time.Second).Should(And(
+			HaveKeyWithValue(v1alpha1.LabelDeletionGuard, v1alpha1.GuardDenyAlways), Not(HaveKey(v1alpha1.LabelRunUID))))
+		Expect(finalizers(ctx, cm)()).To(ContainElement(finalizerOf(p)))
+		Expect(mallory.client.Delete(ctx, cm)).To(MatchError(ContainSubstring("refused by a teardown deletion guard")))
+		Expect(annotationsOf(ctx, cm)).NotTo(HaveKey(v1alpha1.AnnotationDeletedByRun))
+	})
+
+	It("refuses a tenant's Job whose pod template carries a run's label", func() {
+		ns := newNamespace(ctx)
+		mallory := personOf("mallory@example.com")
+		name := "mallory-jobs"
+		Expect(k8s.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "get"}}}})).To(Succeed())
+		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: mallory.name}}})).To(Succeed())
+		job := func(labels map[string]string) *batchv1.Job {
+			// Labelled itself, so that the API server does not copy the template's labels onto it.
+			return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "pods-", Labels: map[string]string{"app": "orders"}}, Spec: batchv1.JobSpec{
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}}}
+		}
+		Expect(mallory.client.Create(ctx, job(map[string]string{v1alpha1.LabelRunUID: "x"}))).To(
+			MatchError(ContainSubstring("may not set, change or remove label teardown.dev/run-uid in a Job's pod template")))
+		Expect(mallory.client.Create(ctx, job(map[string]string{"app": "orders"}))).To(Succeed(), "a Job without the label is not looked at")
+	})
+
+	It("says a veto is not enforced while the marks policy is missing", Serial, func() {
+		ns := newNamespace(ctx)
+		p := twoPhasePolicy(ns, "export", 0)
+		protect(ctx, p, "orders")
+		vetoEnforced := func() *metav1.Condition {
+			live := &v1alpha1.TeardownPolicy{}
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p), live)).To(Succeed())
+			return meta.FindStatusCondition(live.Status.Conditions, v1alpha1.ConditionVetoEnforced)
+		}
+		Eventually(vetoEnforced, 10*time.Second).Should(HaveField("Status", metav1.ConditionTrue))
+
+		binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.MarksPolicyName}}
+		Expect(k8s.Delete(ctx, binding)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) { installDeletionGuardPolicy(ctx) })
+		Eventually(vetoEnforced, 10*time.Second).Should(And(HaveField("Status", metav1.ConditionFalse),
+			HaveField("Message", ContainSubstring("ValidatingAdmissionPolicyBinding teardown.dev-marks is not installed: anyone who may patch a vetoed object can remove its verdict"))))
+		installDeletionGuardPolicy(ctx)
+		Eventually(vetoEnforced, 10*time.Second).Should(HaveField("Status", metav1.ConditionTrue))
+
+		By("edited to admit every write, it is as good as missing")
+		marks := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: v1alpha1.MarksPolicyName}, marks)).To(Succeed())
+		shipped := marks.DeepCopy()
+		marks.Spec.Validations[0].Expression = "true"
+		Expect(k8s.Update(ctx, marks)).To(Succeed())
+		Eventually(vetoEnforced, 10*time.Second).Should(And(HaveField("Status", metav1.ConditionFalse),
+			HaveField("Reason", v1alpha1.ReasonAdmissionChanged),
+			HaveField("Message", ContainSubstring("the ValidatingAdmissionPolicy teardown.dev-marks is not the one shipped with the operator (spec.validations changed)"))))
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: v1alpha1.MarksPolicyName}, marks)).To(Succeed())
+		marks.Spec = shipped.Spec
+		Expect(k8s.Update(ctx, marks)).To(Succeed())
+		Eventually(vetoEnforced, 10*time.Second).Should(HaveField("Status", metav1.ConditionTrue))
+	})
+
+	It("acts on no request while the requests policy is edited to admit anyone", Serial, func() {
+		cm := heldOnWait(ctx)
+
+		requests := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: v1alpha1.RequestsPolicyName}, requests)).To(Succeed())
+		shipped := requests.Spec.DeepCopy()
+		requests.Spec.MatchConditions[0].Expression = "false"
+		Expect(k8s.Update(ctx, requests)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			live := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+			Expect(k8s.Get(ctx, client.ObjectKey{Name: v1alpha1.RequestsPolicyName}, live)).To(Succeed())
+			live.Spec = *shipped
+			Expect(k8s.Update(ctx, live)).To(Succeed())
+			Expect(framework.AwaitRequestsTrusted(ctx, k8s)).To(Succeed(), "trusted again only a settle after the edit is undone")
+		})
+		update(ctx, cm, func(c *corev1.ConfigMap) {
+			c.Annotations = map[string]string{v1alpha1.AnnotationAbandon: "someone-else: edited policy"}
+		})
+		Eventually(probe().EventNotes(ctx, cm), 10*time.Second).Should(ContainElement(And(HavePrefix(v1alpha1.ReasonRequestIgnored+": "),
+			ContainSubstring("is not the one shipped with the operator (spec.matchConditions changed)"))))
+		Consistently(gone(ctx, cm), 2*time.Second).Should(BeFalse())
+		Expect(runPhase(ctx, cm)()).To(Equal(v1alpha1.RunRunning))
+		update(ctx, cm, func(c *corev1.ConfigMap) { c.Finalizers = nil })
+	})
+})
+
+var _ = Describe("A Secret's data never reaches what a viewer reads", func() {
+	ctx := context.Background()
+
+	It("a wait step whose condition converts a looked-up Secret's value, and a resource step's output of one, quote nothing of it", func() {
+		operatorWithToken(ctx) // resource steps impersonate as an install does
+		ns := newNamespace(ctx)
+		const password = "hunter2-s3cret"
+		encoded := "aHVudGVyMi1zM2NyZXQ=" // base64 of password, as the API server serves data
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-creds", Labels: map[string]string{"app": "db"}},
+			Data: map[string][]byte{"password": []byte(password)}}
+		Expect(k8s.Create(ctx, secret)).To(Succeed())
+
+		By("a condition that would fail with the value in its error (strconv quotes what it cannot parse)")
+		p := namespacedPolicy(ns, "leak", v1alpha1.Step{Name: "quote", Timeout: dur(3 * time.Second), Wait: &v1alpha1.WaitStep{
+			Until:    "int(creds[0].data.password) > 0",
+			Interval: dur(time.Hour),
+			Lookups: []v1alpha1.Lookup{{Name: "creds", APIVersion: "v1", Kind: "Secret",
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}},
+		}})
+		cm := protect(ctx, p, "orders")
+		Expect(k8s.Delete(ctx, cm)).To(Succeed())
+		Eventually(runPhase(ctx, cm), 15*time.Second).Should(Equal(v1alpha1.RunFailed))
+		ss := stepOf(ctx, cm, "quote")
+		Expect(ss.Message).To(ContainSubstring("data"), "the condition fails for want of the data")
+
+		By("a resource step reading the Secret back as its output")
+		serviceAccountWith(ctx, ns, "reader", "", "secrets", "get", "patch")
+		s := v1alpha1.Step{}
+		Expect(yaml.UnmarshalStrict([]byte(`
+name: read
+resource:
+  serviceAccountName: reader
+  action: Patch
+  target: {apiVersion: v1, kind: Secret, name: db-creds}
+  patch: {metadata: {labels: {read: "yes"}}}
+  outputs: {password: "resource.?data.?password.orValue('none')"}
+`), &s)).To(Succeed())
+		p2 := namespacedPolicy(ns, "leak-output", s)
+		p2.Spec.RunHistory = v1alpha1.RunHistoryAll // kept, to be read
+		cm2 := protect(ctx, p2, "orders2")
+		Expect(k8s.Delete(ctx, cm2)).To(Succeed())
+		Eventually(runPhase(ctx, cm2), 15*time.Second).Should(Equal(v1alpha1.RunSucceeded))
+		Expect(string(stepOf(ctx, cm2, "read").Outputs["password"].Raw)).To(Equal(`"none"`), "the output reads no data")
+
+		By("nothing a viewer reads holds the value: runs, events")
+		for _, obj := range []*corev1.ConfigMap{cm, cm2} {
+			run := runFor(ctx, obj)()
+			raw, err := json.Marshal(run)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(string(raw)).NotTo(Or(ContainSubstring(password), ContainSubstring(encoded)))
+			Expect(probe().EventNotes(ctx, run)()).NotTo(ContainElement(Or(ContainSubstring(password), ContainSubstring(encoded))))
+		}
 	})
 })
 
