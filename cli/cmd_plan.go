@@ -299,10 +299,10 @@ func (r *root) evaluateGuard(ctx context.Context, c *policy.Compiled, t *target)
 }
 
 // readsSteps reports whether a step's fields read earlier steps' results, which a plan does not
-// have.
+// have: steps.name, steps.?name, or the index form steps['name'] that names with "-" need.
 func readsSteps(s *policy.Step) bool {
 	raw, err := json.Marshal(s.Spec)
-	return err == nil && strings.Contains(string(raw), "steps.")
+	return err == nil && (strings.Contains(string(raw), "steps.") || strings.Contains(string(raw), "steps["))
 }
 
 // dryRunDelete asks the API server whether the object may be deleted, changing nothing.

@@ -121,3 +121,21 @@ func TestJudgeDeletion(t *testing.T) {
 		})
 	}
 }
+
+func TestReadsSteps(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		want bool
+	}{
+		{"https://api.example.com/backups/${steps.backup.outputs.id}", true},
+		{"https://api.example.com/backups/${steps['final-backup'].outputs.backupId}", true},
+		{`https://api.example.com/backups/${steps["s-1"].outputs.id}`, true},
+		{"https://api.example.com/backups/${steps.?backup.outputs.id}", true},
+		{"https://api.example.com/objects/${object.metadata.name}", false},
+	} {
+		s := &policy.Step{Spec: v1alpha1.Step{Name: "s", HTTP: &v1alpha1.HTTPStep{Method: "GET", URL: tc.url}}}
+		if got := readsSteps(s); got != tc.want {
+			t.Errorf("%s: readsSteps = %v, want %v", tc.url, got, tc.want)
+		}
+	}
+}

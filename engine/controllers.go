@@ -20,6 +20,7 @@ import (
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/engine/ownwrites"
 	"github.com/teardown-dev/teardown-operator/engine/policy"
+	"github.com/teardown-dev/teardown-operator/internal/fairqueue"
 	"github.com/teardown-dev/teardown-operator/internal/lookup"
 	"github.com/teardown-dev/teardown-operator/steps"
 )
@@ -65,8 +66,10 @@ func (e *Engine) setupPolicies(mgr manager.Manager) error {
 			// folded to one a second (see recount).
 			For(obj, builder.WithPredicates(specOrLifecycleChanged)).
 			Watches(&v1alpha1.TeardownRun{}, e.recountOnRuns(kind)).
-			WatchesMetadata(metaRef(admissionPolicyGVK, "", ""), handler.EnqueueRequestsFromMapFunc(e.policiesThatVeto(kind))).
-			WatchesMetadata(metaRef(admissionBindingGVK, "", ""), handler.EnqueueRequestsFromMapFunc(e.policiesThatVeto(kind))).
+			// Whole objects, from the cache readAdmission reads: the change that wakes a policy
+			// is then the one it reads.
+			Watches(&admissionv1.ValidatingAdmissionPolicy{}, handler.EnqueueRequestsFromMapFunc(e.policiesThatVeto(kind))).
+			Watches(&admissionv1.ValidatingAdmissionPolicyBinding{}, handler.EnqueueRequestsFromMapFunc(e.policiesThatVeto(kind))).
 			WatchesRawSource(e.wake.policies[kind].source()).
 			WithOptions(controller.Options{MaxConcurrentReconciles: policyWorkers}).
 			Complete(requeueConflicts[reconcile.Request](r))
@@ -122,6 +125,7 @@ func (e *Engine) setupTargets(mgr manager.Manager) error {
 			guard:   &deletionGuards{lister: lookup.NewAPILister(e.reader, mgr.GetRESTMapper()), interest: e.guards, watches: e.watches, client: e.client},
 			matches: matchReports{errs: e.matchErrs, rejects: e.matchRejects, wake: e.wake}}),
 		MaxConcurrentReconciles: e.opts.TargetWorkers,
+		NewQueue:                fairQueue(func(k TargetKey) string { return k.Namespace }),
 	})
 	if err != nil {
 		return fmt.Errorf("target controller: %w", err)
@@ -157,6 +161,17 @@ func (e *Engine) setupRuns(mgr manager.Manager) error {
 		// The cache has let a run go: what the engine remembers of its writes can go too.
 		Watches(&v1alpha1.TeardownRun{}, handler.Funcs{DeleteFunc: e.runs.forgetRun}).
 		WatchesRawSource(e.wake.runs.source()).
-		WithOptions(controller.Options{MaxConcurrentReconciles: e.opts.RunWorkers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: e.opts.RunWorkers,
+			NewQueue: fairQueue(func(r reconcile.Request) string { return r.Namespace })}).
 		Complete(requeueConflicts[reconcile.Request](e.runs))
+}
+
+// fairQueue makes a controller's queue share its workers between namespaces (internal/fairqueue):
+// one tenant deleting thousands of objects, or a policy feeding itself, must not hold up every
+// other tenant's teardowns. Runs are shared by the namespace they live in, so the runs of
+// ClusterTeardownPolicies kept in the run namespace share one turn.
+func fairQueue[T comparable](namespaceOf func(T) string) func(string, workqueue.TypedRateLimiter[T]) workqueue.TypedRateLimitingInterface[T] {
+	return func(name string, rateLimiter workqueue.TypedRateLimiter[T]) workqueue.TypedRateLimitingInterface[T] {
+		return fairqueue.New(name, rateLimiter, namespaceOf)
+	}
 }

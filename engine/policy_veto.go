@@ -4,19 +4,11 @@ import (
 	"context"
 	"slices"
 
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
 	"github.com/teardown-dev/teardown-operator/internal/admissiontrust"
-)
-
-// The kinds of the admission policies that enforce vetoes, watched as metadata only (any change
-// to one, its spec's generation included, reconciles the policies that veto).
-var (
-	admissionPolicyGVK  = schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicy"}
-	admissionBindingGVK = schema.GroupVersionKind{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicyBinding"}
 )
 
 // vetoes reports whether a policy publishes verdicts that the admission policy enforces.
@@ -25,11 +17,12 @@ func vetoes(spec *v1alpha1.TeardownPolicySpec) bool {
 }
 
 // readAdmission reads the admission policies and their bindings that enforce the verdicts of a
-// policy that vetoes (vetoAdmission).
+// policy that vetoes (vetoAdmission), from the manager's cache: a policy reconciles often, and a
+// change to them reconciles it again.
 func (r *policyReconciler) readAdmission(ctx context.Context) []admissionRead {
 	var reads []admissionRead
 	for _, name := range vetoAdmission {
-		in, err := admissiontrust.Read(ctx, r.reads.admission, name)
+		in, err := admissiontrust.Read(ctx, r.client, name)
 		read := admissionRead{Name: name, Err: err}
 		if err == nil {
 			read.NotEnforced, read.Err = in.NotEnforced()

@@ -13,7 +13,8 @@ import (
 
 // Codes of the risks lint flags.
 const (
-	// RiskUnboundedWait: a step waits on something (a condition, a poll, a Job) with no timeout
+	// RiskUnboundedWait: a step waits on something (a condition, a poll, a Job, an approval, a
+	// resource step's successCondition or deletion) with no timeout
 	// on it or on the pipeline; if the thing never happens, the object is held forever.
 	RiskUnboundedWait = "unbounded-wait"
 	// RiskRetainWithoutTimeout: failurePolicy Retain and no timeout anywhere.
@@ -101,6 +102,10 @@ func waitsOn(s *v1alpha1.Step) string {
 		return "its Job to finish"
 	case s.Approval != nil:
 		return "people to approve"
+	case s.Resource != nil && s.Resource.SuccessCondition != "":
+		return "its successCondition on the object"
+	case s.Resource != nil && s.Resource.Action == v1alpha1.ResourceDelete && (s.Resource.WaitForDeletion == nil || *s.Resource.WaitForDeletion):
+		return "the objects it deletes to be gone"
 	}
 	return ""
 }

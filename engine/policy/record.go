@@ -21,8 +21,10 @@ func needsRun(kind steps.Kind, step *v1alpha1.Step) bool {
 var runRef = regexp.MustCompile(`\brun\b(\s*\.\s*([A-Za-z_]\w*))?`)
 
 // readsRunUID reports whether any of step's fields may read run.uid. It looks at the text, not
-// the expressions: a word "run" anywhere but before .name, .namespace, .attempt or .step counts,
-// so it may be wrong only on the safe side (the step then waits for its run to be recorded).
+// the expressions: a word "run" anywhere but before .name, .namespace, .attempt, .step, .phase
+// or .message counts, so it may be wrong only on the safe side (the step then waits for its run
+// to be recorded). The phase and message are the pipeline's, known before any record (a finally
+// step's when: run.phase != 'Succeeded' skips at once, and a clean success leaves no run).
 func readsRunUID(step *v1alpha1.Step) bool {
 	named := *step
 	named.Name = "" // a step named run-export reads nothing
@@ -32,7 +34,7 @@ func readsRunUID(step *v1alpha1.Step) bool {
 	}
 	for _, m := range runRef.FindAllSubmatch(raw, -1) {
 		switch string(m[2]) {
-		case "name", "namespace", "attempt", "step":
+		case "name", "namespace", "attempt", "step", "phase", "message":
 		default:
 			return true
 		}

@@ -16,6 +16,7 @@ func TestReadsRunUID(t *testing.T) {
 		{v1alpha1.Step{Name: "run-export", Wait: &v1alpha1.WaitStep{}}, false},
 		{v1alpha1.Step{Name: "a", When: "run.attempt < 3 && run.name != '' && run.namespace != '' && run.step == 'a'"}, false},
 		{v1alpha1.Step{Name: "a", When: "run.uid != ''"}, true},
+		{v1alpha1.Step{Name: "notify", When: "run.phase != 'Succeeded'", HTTP: &v1alpha1.HTTPStep{URL: "https://x/${run.message}"}}, false},
 		{v1alpha1.Step{Name: "a", When: "run . uid != ''"}, true},
 		{v1alpha1.Step{Name: "a", When: "run['uid'] != ''"}, true},
 		{v1alpha1.Step{Name: "a", HTTP: &v1alpha1.HTTPStep{URL: "https://x/${run.uid}"}}, true},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/teardown-dev/teardown-operator/api/v1alpha1"
+	"github.com/teardown-dev/teardown-operator/engine"
 	"github.com/teardown-dev/teardown-operator/engine/pipeline"
 	"github.com/teardown-dev/teardown-operator/internal/expr"
 	"github.com/teardown-dev/teardown-operator/internal/lookup"
@@ -79,6 +81,39 @@ var _ = Describe("Resource abuse", func() {
 		slowTook := time.Since(start)
 		AddReportEntry("expensive expressions", fmt.Sprintf("another policy's teardown done %s after the deletes; 8 slow guards failed within %s",
 			quickTook.Round(time.Millisecond), slowTook.Round(time.Millisecond)))
+	})
+
+	It("shares the workers between namespaces: one tenant deleting hundreds of objects does not hold up another's teardown", func() {
+		// One worker of each kind, so that the order the queues hand work out is what is seen.
+		restartOperatorWith(func(o *engine.Options) { o.TargetWorkers, o.RunWorkers = 1, 1 })
+		flood, quiet := newNamespace(ctx), newNamespace(ctx)
+		const n = 300
+		p := namespacedPolicy(flood, "flood", waitStep("settle", 0))
+		Expect(k8s.Create(ctx, p)).To(Succeed())
+		expectReady(ctx, p, metav1.ConditionTrue)
+		createConfigMaps(ctx, flood, "many", n, map[string]string{"app": p.Name})
+		protected := func() int {
+			list := &corev1.ConfigMapList{}
+			Expect(k8s.List(ctx, list, client.InNamespace(flood), client.MatchingLabels{"app": p.Name})).To(Succeed())
+			held := 0
+			for _, cm := range list.Items {
+				if slices.Contains(cm.Finalizers, finalizerOf(p)) {
+					held++
+				}
+			}
+			return held
+		}
+		Eventually(protected, time.Minute).Should(Equal(n))
+		other := protect(ctx, namespacedPolicy(quiet, "quiet", waitStep("settle", 0)), "orders")
+
+		Expect(k8s.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(flood), client.MatchingLabels{"app": p.Name})).To(Succeed())
+		Eventually(func() int { return n - protected() }, 10*time.Second).Should(BeNumerically(">", 0), "the flood's teardowns have begun")
+		Expect(k8s.Delete(ctx, other)).To(Succeed())
+		Eventually(gone(ctx, other), time.Minute).Should(BeTrue())
+		left := protected()
+		AddReportEntry("fair queues", fmt.Sprintf("the other namespace's object was torn down with %d of the flood's %d still held", left, n))
+		Expect(left).To(BeNumerically(">", n/2), "the other namespace's teardown waited behind the flood")
+		Eventually(protected, 2*time.Minute).Should(BeZero())
 	})
 
 	It("refuses a lookup matching 10,000 objects with the lookup limit, without evaluating", func() {

@@ -187,6 +187,18 @@ var _ = Describe("Run history", func() {
 			Consistently(runFor(ctx, cm), time.Second).Should(BeNil())
 		}
 
+		By("a finally step its guard skips on a success (when: run.phase != 'Succeeded', as the README's) leaves no run either")
+		guarded := namespacedPolicy(ns, "guarded-finally", waitStep("now", 0))
+		alert := waitStep("alert", 0)
+		alert.When = "run.phase != 'Succeeded'"
+		guarded.Spec.Finally = []v1alpha1.Step{alert}
+		for _, name := range []string{"guarded-1", "guarded-2"} {
+			cm := protect(ctx, guarded, name)
+			Expect(k8s.Delete(ctx, cm)).To(Succeed())
+			Eventually(gone(ctx, cm), 10*time.Second).Should(BeTrue())
+			Consistently(runFor(ctx, cm), time.Second).Should(BeNil())
+		}
+
 		failing := namespacedPolicy(ns, "failing", v1alpha1.Step{Name: "broken", When: "object.data.nope == 'x'", Wait: &v1alpha1.WaitStep{Duration: dur(0)}})
 		failing.Spec.RunHistory = v1alpha1.RunHistoryOnFailure
 		failing.Spec.FailurePolicy = v1alpha1.FailurePolicyRelease
