@@ -62,7 +62,7 @@ func parseFlags() *options {
 	flag.BoolVar(&o.admissionArming, "admission-arming", true,
 		"Keep a MutatingAdmissionPolicy per Ready policy that adds its finalizer to matching objects at creation, whether or not the operator runs (where the cluster serves them); false removes those the operator made.")
 	flag.IntVar(&o.armingBudget.Total, "max-arming-policies", engine.DefaultArmingBudget.Total,
-		"Most MutatingAdmissionPolicies the operator keeps to arm objects at creation, one per Ready policy; policies past it are armed by the operator once it sees their objects. 0: no bound.")
+		"Most MutatingAdmissionPolicies the operator keeps to arm objects at creation for TeardownPolicies, one per Ready policy (ClusterTeardownPolicies are not bounded); policies past it are armed by the operator once it sees their objects. 0: no bound.")
 	flag.IntVar(&o.armingBudget.PerNamespace, "max-arming-policies-per-namespace", engine.DefaultArmingBudget.PerNamespace,
 		"Most of those for the TeardownPolicies of one namespace, so that one tenant cannot take them all. 0: no bound.")
 	flag.StringVar(&o.leaderNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the run namespace).")

@@ -81,15 +81,21 @@ func (in Installed) NotEnforced() (string, error) {
 		name, changed), nil
 }
 
-// Since is when what the policy checks came to be trusted: Settle after the policy or its binding
-// was last created or written (an edit undone is no proof of what was admitted while it lasted).
-// The API server's own writes of the policy's status do not count.
+// Since is when what the policy checks came to be trusted: Settle after the policy and its binding
+// were created or, for one whose spec has changed since (its generation is past 1), after its last
+// write, since an edit undone is no proof of what was admitted while it lasted. Writes that change
+// only labels or annotations (a helm upgrade's) do not move it; the API server's own writes of the
+// policy's status do not count.
 func (in Installed) Since() time.Time {
 	var since time.Time
 	for _, o := range []metav1.Object{&in.Policy, &in.Binding} {
 		if t := o.GetCreationTimestamp().Time; t.After(since) {
 			since = t
 		}
+		if o.GetGeneration() <= 1 {
+			continue
+		}
+		// When the spec changed is not kept: the last write of any field stands for it.
 		for _, m := range o.GetManagedFields() {
 			if m.Subresource == "" && m.Time != nil && m.Time.After(since) {
 				since = m.Time.Time

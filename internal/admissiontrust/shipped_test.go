@@ -83,9 +83,14 @@ func TestSinceCountsTheLastWrite(t *testing.T) {
 	if got := in.Since(); !got.Equal(created.Add(Settle)) {
 		t.Errorf("never written since created: Since %s, want %s", got, created.Add(Settle))
 	}
-	in.Binding.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl-edit", Operation: metav1.ManagedFieldsOperationUpdate, Time: ptr.To(metav1.NewTime(edited))}}
+	in.Policy.Generation, in.Binding.Generation = 1, 1
+	in.Binding.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "helm", Operation: metav1.ManagedFieldsOperationUpdate, Time: ptr.To(metav1.NewTime(edited))}}
+	if got := in.Since(); !got.Equal(created.Add(Settle)) {
+		t.Errorf("labels changed (helm upgrade), spec never: Since %s, want %s", got, created.Add(Settle))
+	}
+	in.Binding.Generation = 3
 	in.Policy.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-apiserver", Subresource: "status", Time: ptr.To(metav1.NewTime(status))}}
 	if got := in.Since(); !got.Equal(edited.Add(Settle)) {
-		t.Errorf("binding edited (and status written later): Since %s, want %s", got, edited.Add(Settle))
+		t.Errorf("binding's spec edited (and status written later): Since %s, want %s", got, edited.Add(Settle))
 	}
 }

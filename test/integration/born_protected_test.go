@@ -342,8 +342,18 @@ var _ = Describe("Born protected", func() {
 var _ = Describe("Arming budget", func() {
 	ctx := context.Background()
 
-	It("keeps no more admission policies for one namespace than the budget; the policy past it still protects its objects", func() {
-		restartOperatorWith(func(o *engine.Options) { o.ArmingBudget = engine.ArmingBudget{PerNamespace: 2} })
+	It("keeps no more admission policies for one namespace, and for TeardownPolicies in all, than the budget; the policy past it still protects its objects", func() {
+		// The total counts what earlier specs left armed too (once their clean-ups have settled):
+		// three more places.
+		armed := func() int {
+			var list admissionv1.MutatingAdmissionPolicyList
+			Expect(k8s.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelManagedBy: admission.ManagedBy, v1alpha1.LabelPolicyKind: "TeardownPolicy"})).To(Succeed())
+			return len(list.Items)
+		}
+		before := armed()
+		Consistently(armed, 2*time.Second).Should(Equal(before))
+		total := before + 3
+		restartOperatorWith(func(o *engine.Options) { o.ArmingBudget = engine.ArmingBudget{Total: total, PerNamespace: 2} })
 		ns, other := newNamespace(ctx), newNamespace(ctx)
 		var policies []*v1alpha1.TeardownPolicy
 		for _, name := range []string{"first", "second", "third"} {
@@ -368,9 +378,19 @@ var _ = Describe("Arming budget", func() {
 		Expect(k8s.Create(ctx, cm)).To(Succeed())
 		Eventually(finalizers(ctx, cm), 10*time.Second).Should(ContainElement(finalizerOf(policies[2])))
 
-		By("another namespace has a budget of its own")
+		By("another namespace has a budget of its own, within the total")
 		p := namespacedPolicy(other, "elsewhere", waitStep("noop", 0))
 		Expect(k8s.Create(ctx, p)).To(Succeed())
 		Eventually(protectedFromCreation(ctx, p), 10*time.Second).Should(WithTransform(conditionReason, Equal("True/"+v1alpha1.ReasonArmedAtAdmission)))
+		over := namespacedPolicy(other, "over", waitStep("noop", 0))
+		Expect(k8s.Create(ctx, over)).To(Succeed())
+		Eventually(protectedFromCreation(ctx, over), 10*time.Second).Should(And(WithTransform(conditionReason, Equal("False/"+v1alpha1.ReasonArmingBudget)),
+			HaveField("Message", ContainSubstring(fmt.Sprintf("%d TeardownPolicies are already armed at admission, as many as --max-arming-policies allows", total)))))
+
+		By("a ClusterTeardownPolicy is neither bounded nor counted")
+		cp := framework.ClusterPolicy("budget-"+other, "budget", other, waitStep("noop", 0))
+		Expect(k8s.Create(ctx, cp)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, cp))).To(Succeed()) })
+		Eventually(protectedFromCreation(ctx, cp), 10*time.Second).Should(WithTransform(conditionReason, Equal("True/"+v1alpha1.ReasonArmedAtAdmission)))
 	})
 })

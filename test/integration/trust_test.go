@@ -14,6 +14,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -314,6 +315,42 @@ var _ = Describe("The operator's marks on objects: only the operator sets them",
 		Expect(finalizers(ctx, cm)()).To(ContainElement(finalizerOf(p)))
 		Expect(mallory.client.Delete(ctx, cm)).To(MatchError(ContainSubstring("refused by a teardown deletion guard")))
 		Expect(annotationsOf(ctx, cm)).NotTo(HaveKey(v1alpha1.AnnotationDeletedByRun))
+	})
+
+	It("looks at writes through a status subresource, and lets the endpoint controllers copy a Service's verdict", func() {
+		ns := newNamespace(ctx)
+		mallory := personOf("mallory@example.com")
+		Expect(k8s.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "status"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services/status"}, Verbs: []string{"get", "update", "patch"}}}})).To(Succeed())
+		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "status"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "status"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: mallory.name}}})).To(Succeed())
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders",
+			Labels: map[string]string{v1alpha1.LabelDeletionGuard: v1alpha1.GuardDenyAlways}},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+		Expect(k8s.Create(ctx, svc)).To(Succeed())
+
+		By("a tenant who may update only the Service's status: refused, the status keeps labels of built-in kinds")
+		live := svc.DeepCopy()
+		delete(live.Labels, v1alpha1.LabelDeletionGuard)
+		Expect(mallory.client.Status().Update(ctx, live)).To(MatchError(ContainSubstring(
+			"user " + mallory.name + " may not set, change or remove label " + v1alpha1.LabelDeletionGuard)))
+		Expect(labelsOf(ctx, svc)).To(HaveKey(v1alpha1.LabelDeletionGuard))
+
+		By("the EndpointSlice controller copying the Service's labels: admitted; a tenant doing the same: refused")
+		slice := func() *discoveryv1.EndpointSlice {
+			return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "orders-",
+				Labels: map[string]string{v1alpha1.LabelDeletionGuard: v1alpha1.GuardDenyAlways, discoveryv1.LabelServiceName: "orders"}},
+				AddressType: discoveryv1.AddressTypeIPv4}
+		}
+		controller := personOf("system:serviceaccount:kube-system:endpointslice-controller", "system:serviceaccounts", "system:serviceaccounts:kube-system")
+		Expect(controller.client.Create(ctx, slice())).To(Succeed())
+		Expect(k8s.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "slices"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{discoveryv1.GroupName}, Resources: []string{"endpointslices"}, Verbs: []string{"create"}}}})).To(Succeed())
+		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "slices"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "slices"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: mallory.name}}})).To(Succeed())
+		Expect(mallory.client.Create(ctx, slice())).To(MatchError(ContainSubstring("may not set, change or remove label")))
 	})
 
 	It("refuses a tenant's Job whose pod template carries a run's label", func() {
