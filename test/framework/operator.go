@@ -41,15 +41,8 @@ func AsServiceAccount(cfg *rest.Config, namespace, name string) *rest.Config {
 // BindOperatorRole creates the operator's ClusterRole from config/rbac/role.yaml and binds it to
 // the service account namespace/name, as an install would; existing ones are kept.
 func BindOperatorRole(ctx context.Context, c client.Client, root, namespace, name string) error {
-	raw, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
+	role, err := installClusterRole(ctx, c, root, "role.yaml")
 	if err != nil {
-		return err
-	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.UnmarshalStrict(raw, role); err != nil {
-		return fmt.Errorf("config/rbac/role.yaml: %w", err)
-	}
-	if err := client.IgnoreAlreadyExists(c.Create(ctx, role)); err != nil {
 		return err
 	}
 	binding := &rbacv1.ClusterRoleBinding{}
@@ -66,15 +59,8 @@ func BindOperatorRole(ctx context.Context, c client.Client, root, namespace, nam
 // administrator does: the ClusterRole of config/rbac/resource_steps_role.yaml (created if need
 // be) bound in ns to the operator's ServiceAccount namespace/name.
 func OptInResourceSteps(ctx context.Context, c client.Client, root, ns, namespace, name string) error {
-	raw, err := os.ReadFile(filepath.Join(root, "config", "rbac", "resource_steps_role.yaml"))
+	role, err := installClusterRole(ctx, c, root, "resource_steps_role.yaml")
 	if err != nil {
-		return err
-	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.UnmarshalStrict(raw, role); err != nil {
-		return fmt.Errorf("config/rbac/resource_steps_role.yaml: %w", err)
-	}
-	if err := client.IgnoreAlreadyExists(c.Create(ctx, role)); err != nil {
 		return err
 	}
 	binding := &rbacv1.RoleBinding{}
@@ -82,4 +68,18 @@ func OptInResourceSteps(ctx context.Context, c client.Client, root, ns, namespac
 	binding.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}
 	binding.Subjects = []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: name}}
 	return client.IgnoreAlreadyExists(c.Create(ctx, binding))
+}
+
+// installClusterRole creates the ClusterRole of config/rbac/<file> (an existing one is kept) and
+// returns it.
+func installClusterRole(ctx context.Context, c client.Client, root, file string) (*rbacv1.ClusterRole, error) {
+	raw, err := os.ReadFile(filepath.Join(root, "config", "rbac", file))
+	if err != nil {
+		return nil, err
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.UnmarshalStrict(raw, role); err != nil {
+		return nil, fmt.Errorf("config/rbac/%s: %w", file, err)
+	}
+	return role, client.IgnoreAlreadyExists(c.Create(ctx, role))
 }
